@@ -1,0 +1,11 @@
+"""Actors: everything that steps environments.
+
+`envs` builds gymnasium vector envs (autoreset mode set explicitly), `probes`
+registers the probe environments, `agents` holds the probe agents, `runner`
+collects rollouts stamped with the network age that produced them, and
+`rollout` defines what travels from actors to the learner.
+
+May import: numpy, torch, gymnasium, and `rlvitals.telemetry`. Never the
+learner or the wiring in `rlvitals`: a policy is handed in as an object with
+`act(obs)` and `age`, so the same runner serves local and Ray modes.
+"""

@@ -1,0 +1,69 @@
+"""The unit of experience that travels from an actor to the learner."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+
+@dataclass
+class EpisodeStats:
+    """Episodes that ended during one rollout (one entry per episode)."""
+
+    returns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
+    lengths: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    successes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
+    """1/0 per episode where the env reports success (`is_success`/`success` in info), else empty."""
+
+
+@dataclass
+class Rollout:
+    """`rollout_length` steps of `num_envs` environments, time-major.
+
+    Autoreset is gymnasium's NEXT_STEP mode: after an env reports done, its
+    next step only resets it. That reset transition is kept (so `obs` stays a
+    plain [T+1] sequence and obs[t+1] is the *true* final observation of a
+    truncated episode, the one to bootstrap from) but marked `valid=False`,
+    and every loss and statistic ignores it.
+    """
+
+    obs: torch.Tensor
+    """[T+1, N, *obs_shape] observations; obs[t+1] follows obs[t]."""
+    actions: torch.Tensor
+    """[T, N] (discrete) or [T, N, A] (continuous) actions taken."""
+    rewards: torch.Tensor
+    """[T, N] float32 rewards received after each action."""
+    terminated: torch.Tensor
+    """[T, N] bool: the episode ended in a terminal state (no bootstrap)."""
+    truncated: torch.Tensor
+    """[T, N] bool: the episode was cut off by a time limit (bootstrap from obs[t+1])."""
+    valid: torch.Tensor
+    """[T, N] bool: False for the reset transitions of NEXT_STEP autoreset."""
+    behaviour_params: torch.Tensor
+    """[T, N, P] distribution parameters of the behaviour policy (logits, or mean and log-std)."""
+    behaviour_logp: torch.Tensor
+    """[T, N] log-probability of the taken action under the behaviour policy."""
+    policy_age: int
+    """Age (learner steps) of the network that acted; staleness = learner age - policy_age."""
+    actor_id: int = 0
+    episodes: EpisodeStats = field(default_factory=EpisodeStats)
+    timings: dict = field(default_factory=dict)
+    """Seconds this rollout spent in env.step, in inference, and waiting for weights."""
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.rewards.shape[0])
+
+    @property
+    def num_envs(self) -> int:
+        return int(self.rewards.shape[1])
+
+    @property
+    def env_steps(self) -> int:
+        """Agent steps in this rollout (reset transitions excluded)."""
+        return int(self.valid_count)
+
+    valid_count: int = 0
+    """Number of valid transitions, computed once by the runner."""

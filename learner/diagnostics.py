@@ -1,0 +1,116 @@
+"""Per-batch learning diagnostics, computed on the learner's device.
+
+Every function returns 0-d tensors so the learner can stack all of them and
+copy them to the host once per batch. Statistics that are undefined for a
+batch (a correlation with fewer than two terminal steps, a variance of a
+constant) come back as NaN and are skipped by the exporters, never shown as 0.
+"""
+
+from __future__ import annotations
+
+import torch
+
+NAN = float("nan")
+
+
+def _nan(ref: torch.Tensor) -> torch.Tensor:
+    return torch.full((), NAN, device=ref.device)
+
+
+def summary(prefix: str, x: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """min, max, mean and std of x where mask holds (NaN when the mask is empty).
+
+    Masks instead of boolean indexing: indexing would force a device sync.
+    """
+    x, m = x.float(), mask.float()
+    n = m.sum()
+    mean = (x * m).sum() / n.clamp_min(1)
+    std = (((x - mean) * m).pow(2).sum() / n.clamp_min(1)).sqrt()
+    empty = n < 1
+    pick = lambda t: torch.where(empty, _nan(x), t)  # noqa: E731
+    return {
+        f"{prefix}_min": pick(torch.where(mask, x, torch.inf).min()),
+        f"{prefix}_max": pick(torch.where(mask, x, -torch.inf).max()),
+        f"{prefix}_mean": pick(mean), f"{prefix}_std": pick(std),
+    }
+
+
+def _masked_moments(x, y, mask):
+    m = mask.float()
+    n = m.sum().clamp_min(1)
+    xc = (x - (x * m).sum() / n) * m
+    yc = (y - (y * m).sum() / n) * m
+    return xc, yc, m.sum()
+
+
+def residual_variance(targets: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Var(targets - values) / Var(targets): 1 = the value net explains nothing, 0 = everything."""
+    tc, rc, _ = _masked_moments(targets, targets - values, mask)
+    var_t, var_r = tc.pow(2).sum(), rc.pow(2).sum()
+    return torch.where(var_t > 1e-12, var_r / var_t.clamp_min(1e-12), _nan(targets))
+
+
+def correlation(x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Pearson correlation where mask holds; NaN with fewer than two points or a constant input."""
+    xc, yc, n = _masked_moments(x.float(), y.float(), mask)
+    denom = (xc.pow(2).sum() * yc.pow(2).sum()).sqrt()
+    ok = (n >= 2) & (denom > 1e-12)
+    return torch.where(ok, (xc * yc).sum() / denom.clamp_min(1e-12), _nan(x))
+
+
+def terminal_correlations(values, rewards, terminated, valid, done):
+    """corr(V(s_final), r_final) and corr(V(s_penultimate), r_final) over terminal steps in the batch.
+
+    A healthy value net predicts the final reward from the last state (near 1);
+    a high terminal but low penultimate correlation means reward-to-go is not
+    carried backwards.
+    """
+    final = terminated & valid
+    terminal = correlation(values, rewards, final)
+    # The penultimate step must be a real step of the same episode.
+    penultimate_ok = final[1:] & valid[:-1] & ~done[:-1]
+    penultimate = correlation(values[:-1], rewards[1:], penultimate_ok)
+    return terminal, penultimate
+
+
+def flat_params(module: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in module.parameters()])
+
+
+def flat_grads(module: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                      for p in module.parameters()])
+
+
+def step_statistics(before: torch.Tensor, after: torch.Tensor) -> dict[str, torch.Tensor]:
+    """abs-max and mean-square of the parameter change made by one learner update."""
+    delta = after - before
+    return {"step_absmax": delta.abs().max(), "step_meansq": delta.pow(2).mean()}
+
+
+class GradientNoiseScale:
+    """McCandlish & Kaplan's simple noise scale B = tr(Sigma) / |G|^2, from two batch sizes.
+
+    |G_small|^2 is the mean squared norm of minibatch gradients and |G_big|^2 the
+    squared norm of their mean. Both unbiased estimates are averaged with an EMA
+    before dividing, because the per-batch ratio is notoriously noisy.
+    """
+
+    def __init__(self, decay: float = 0.95):
+        self.decay = decay
+        self.trace_ema = None
+        self.sqnorm_ema = None
+
+    def update(self, small_sqnorm: torch.Tensor, big_sqnorm: torch.Tensor, b_small: float, b_big: float) -> torch.Tensor:
+        if b_big <= b_small:
+            return torch.tensor(NAN, device=small_sqnorm.device)
+        g2 = (b_big * big_sqnorm - b_small * small_sqnorm) / (b_big - b_small)
+        trace = (small_sqnorm - big_sqnorm) / (1.0 / b_small - 1.0 / b_big)
+        if self.trace_ema is None:
+            self.trace_ema, self.sqnorm_ema = trace, g2
+        else:
+            d = self.decay
+            self.trace_ema = d * self.trace_ema + (1 - d) * trace
+            self.sqnorm_ema = d * self.sqnorm_ema + (1 - d) * g2
+        return torch.where(self.sqnorm_ema > 0, self.trace_ema / self.sqnorm_ema.clamp_min(1e-20),
+                           torch.tensor(NAN, device=small_sqnorm.device))

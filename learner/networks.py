@@ -1,0 +1,188 @@
+"""Actor-critic networks whose intake and output heads come from the env's spaces."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+def _init(layer: nn.Module, gain: float) -> nn.Module:
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class Categorical:
+    """Discrete actions; parameters are logits [B, n]."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.num_params = n
+        self.max_entropy = math.log(n) if n > 1 else 1.0  # one action: entropy 0 of 1 -> relative 0
+
+    def log_prob(self, params, actions):
+        return F.log_softmax(params, -1).gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+
+    def entropy(self, params):
+        logp = F.log_softmax(params, -1)
+        return -(logp.exp() * logp).sum(-1)
+
+    def kl(self, p_params, q_params):
+        """KL(p || q), exact and never negative."""
+        logp, logq = F.log_softmax(p_params, -1), F.log_softmax(q_params, -1)
+        return (logp.exp() * (logp - logq)).sum(-1).clamp_min(0.0)
+
+    def sample(self, params, generator):
+        actions = torch.multinomial(F.softmax(params, -1), 1, generator=generator).squeeze(-1)
+        return actions, self.log_prob(params, actions)
+
+
+class DiagGaussian:
+    """Continuous actions; parameters are [mean, log_std] concatenated, [B, 2A]."""
+
+    def __init__(self, space: gym.spaces.Box):
+        self.dim = int(space.shape[0])
+        self.num_params = 2 * self.dim
+        bounded = np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))
+        # Reference: the uniform distribution over a bounded box has the most entropy
+        # a policy there can usefully have; unbounded boxes use a unit Gaussian.
+        self.max_entropy = (float(np.log(space.high - space.low).sum()) if bounded
+                            else 0.5 * self.dim * math.log(2 * math.pi * math.e))
+
+    def _split(self, params):
+        return params[..., : self.dim], params[..., self.dim:]
+
+    def log_prob(self, params, actions):
+        mean, log_std = self._split(params)
+        z = (actions - mean) / log_std.exp()
+        return (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+    def entropy(self, params):
+        _, log_std = self._split(params)
+        return (log_std + 0.5 * math.log(2 * math.pi * math.e)).sum(-1)
+
+    def kl(self, p_params, q_params):
+        mp, lp = self._split(p_params)
+        mq, lq = self._split(q_params)
+        kl = lq - lp + (torch.exp(2 * lp) + (mp - mq).pow(2)) / (2 * torch.exp(2 * lq)) - 0.5
+        return kl.sum(-1).clamp_min(0.0)
+
+    def sample(self, params, generator):
+        mean, log_std = self._split(params)
+        noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
+        actions = mean + log_std.exp() * noise
+        return actions, self.log_prob(params, actions)
+
+
+class ImageIntake(nn.Module):
+    """Nature-DQN convolutional trunk for uint8 images (HWC or CHW)."""
+
+    def __init__(self, shape: tuple[int, ...]):
+        super().__init__()
+        channels_last = shape[-1] <= 4 < shape[0]
+        self.channels_last = channels_last
+        c = shape[-1] if channels_last else shape[0]
+        self.conv = nn.Sequential(
+            _init(nn.Conv2d(c, 32, 8, 4), math.sqrt(2)), nn.ReLU(),
+            _init(nn.Conv2d(32, 64, 4, 2), math.sqrt(2)), nn.ReLU(),
+            _init(nn.Conv2d(64, 64, 3, 1), math.sqrt(2)), nn.ReLU(), nn.Flatten())
+        with torch.no_grad():
+            probe = torch.zeros(1, *shape)
+            n = self.conv(self._prepare(probe)).shape[-1]
+        self.fc = nn.Sequential(_init(nn.Linear(n, 512), math.sqrt(2)), nn.ReLU())
+        self.out_dim = 512
+
+    def _prepare(self, x):
+        x = x.float() / 255.0
+        return x.permute(0, 3, 1, 2) if self.channels_last else x
+
+    def forward(self, x):
+        return self.fc(self.conv(self._prepare(x)))
+
+
+class VectorIntake(nn.Module):
+    """Flattens a Box observation (or one-hots a Discrete one) and runs a tanh MLP."""
+
+    def __init__(self, space: gym.Space, hidden_sizes: tuple[int, ...]):
+        super().__init__()
+        self.one_hot = space.n if isinstance(space, gym.spaces.Discrete) else None
+        in_dim = int(self.one_hot or np.prod(space.shape))
+        layers: list[nn.Module] = []
+        for width in hidden_sizes:
+            layers += [_init(nn.Linear(in_dim, width), math.sqrt(2)), nn.Tanh()]
+            in_dim = width
+        self.mlp = nn.Sequential(*layers)
+        self.out_dim = in_dim
+
+    def forward(self, x):
+        if self.one_hot is not None:
+            x = F.one_hot(x.long(), int(self.one_hot))
+        return self.mlp(x.float().flatten(1))
+
+
+class ActorCritic(nn.Module):
+    """Policy and value heads on intakes chosen from the observation space.
+
+    Vector observations get separate policy and value MLPs (sharing hurts small
+    control tasks); images share one CNN. `age` counts optimizer steps: it is
+    the version stamped on every sample this network produces.
+    """
+
+    def __init__(self, obs_space: gym.Space, action_space: gym.Space, hidden_sizes=(64, 64)):
+        super().__init__()
+        if isinstance(obs_space, gym.spaces.Box) and obs_space.dtype == np.uint8 and len(obs_space.shape) == 3:
+            self.policy_intake = ImageIntake(tuple(obs_space.shape))
+            self.value_intake = self.policy_intake
+        else:
+            self.policy_intake = VectorIntake(obs_space, tuple(hidden_sizes))
+            self.value_intake = VectorIntake(obs_space, tuple(hidden_sizes))
+        if isinstance(action_space, gym.spaces.Discrete):
+            self.dist = Categorical(int(action_space.n))
+            self.policy_out = _init(nn.Linear(self.policy_intake.out_dim, self.dist.num_params), 0.01)
+            self.log_std = None
+        else:
+            self.dist = DiagGaussian(action_space)
+            self.policy_out = _init(nn.Linear(self.policy_intake.out_dim, self.dist.dim), 0.01)
+            self.log_std = nn.Parameter(torch.zeros(self.dist.dim))
+        self.value_out = _init(nn.Linear(self.value_intake.out_dim, 1), 1.0)
+        self.register_buffer("age_buffer", torch.zeros((), dtype=torch.int64))
+        self.generator = torch.Generator()
+        self.age = 0
+
+    def policy_params(self, obs: torch.Tensor) -> torch.Tensor:
+        out = self.policy_out(self.policy_intake(obs))
+        if self.log_std is not None:
+            out = torch.cat([out, self.log_std.expand_as(out)], -1)
+        return out
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.value_out(self.value_intake(obs)).squeeze(-1)
+
+    def forward(self, obs: torch.Tensor):
+        return self.policy_params(obs), self.value(obs)
+
+    def seed(self, seed: int) -> None:
+        self.generator.manual_seed(int(seed))
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor):
+        """Sample actions for a batch of observations: (actions, dist params, log-probs)."""
+        params = self.policy_params(obs)
+        actions, logp = self.dist.sample(params, self.generator)
+        return actions, params, logp
+
+    # The age lives in a plain int for speed on the hot path and in a buffer so it
+    # travels with state_dict() into checkpoints and Ray weight broadcasts.
+    def state_dict(self, *args, **kwargs):
+        self.age_buffer.fill_(self.age)
+        return super().state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        result = super().load_state_dict(state_dict, strict=strict, assign=assign)
+        self.age = int(self.age_buffer)
+        return result

@@ -1,0 +1,182 @@
+"""The `rlvitals` command: train, eval, runs, doctor.
+
+Every user error is one line on stderr naming the bad value and what would be
+accepted, with exit code 2 and nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+
+from .config import MODES, VERBOSITY_LEVELS, ConfigError, TrainConfig, build_config, field_docs, field_types
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """Bad input from the user; printed as one line, exit code 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, not usage + message
+        raise UsageError(message)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per TrainConfig field; help text from the field's docstring."""
+    docs = field_docs()
+    types = field_types()
+    for f in dataclasses.fields(TrainConfig):
+        kwargs = {"dest": f.name, "default": None, "help": docs.get(f.name, "")}
+        if f.name == "verbosity":
+            kwargs["choices"] = VERBOSITY_LEVELS
+        if f.name == "mode":
+            kwargs["choices"] = MODES
+        metavar = {bool: "BOOL", int: "N", float: "X"}.get(types[f.name], "VALUE")
+        parser.add_argument(_flag(f.name), metavar=metavar if "choices" not in kwargs else None, **kwargs)
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="rlvitals", description="Actor-learner RL that tells you where it hurts.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    train = sub.add_parser("train", help="train an agent (local or Ray mode)")
+    train.add_argument("--config", metavar="FILE", help="YAML file of config fields; flags override it")
+    add_config_flags(train)
+
+    ev = sub.add_parser("eval", help="run a trained policy and print its return statistics as JSON")
+    ev.add_argument("--run-dir", required=True, help="directory of a finished or running run")
+    ev.add_argument("--episodes", type=int, default=10, help="episodes to run (> 0)")
+    ev.add_argument("--greedy", action="store_true", help="take the most likely action instead of sampling")
+    ev.add_argument("--seed", type=int, default=12345, help="seed of the evaluation envs")
+
+    runs = sub.add_parser("runs", help="list the runs under a directory as a table")
+    runs.add_argument("directory", help="directory holding run directories (searched recursively)")
+    runs.add_argument("--sort", default="-final_return",
+                      help="column to sort by; prefix with - for descending (default -final_return)")
+    runs.add_argument("--filter", action="append", default=[], metavar="COLUMN=VALUE",
+                      help="keep rows whose column equals VALUE (repeatable)")
+    runs.add_argument("--top", type=int, default=0, help="show only the first N rows")
+    runs.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
+
+    doctor = sub.add_parser("doctor", help="run the probe-environment ladder and name the broken component")
+    doctor.add_argument("--seed", type=int, default=0)
+    doctor.add_argument("--keep", metavar="DIR", help="keep the probe runs under DIR instead of a temp dir")
+    return parser
+
+
+def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
+    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
+                 if getattr(args, f.name) is not None}
+    if "verbosity" not in overrides and os.environ.get("RLVITALS_VERBOSITY"):
+        overrides["verbosity"] = os.environ["RLVITALS_VERBOSITY"]
+    if args.config:
+        from .config import load_yaml
+
+        file_values = load_yaml(args.config)
+        if "verbosity" in file_values and "verbosity" in overrides and args.verbosity is None:
+            overrides.pop("verbosity")  # the file beats the environment variable
+    return build_config(args.config, overrides)
+
+
+def preflight(cfg: TrainConfig) -> None:
+    """Everything that can be checked before anything is written."""
+    from rlvitals.actors.envs import make_vector_env
+
+    from .archive import check_writable
+    from .training import resolve_device
+
+    env = make_vector_env(cfg.env, 1)  # raises EnvError for unknown ids and unsupported spaces
+    env.close()
+    if cfg.agent == "fixed":
+        from rlvitals.actors.agents import FixedActionAgent
+
+        env = make_vector_env(cfg.env, 1)
+        try:
+            FixedActionAgent(env.single_action_space, cfg.fixed_action)
+        finally:
+            env.close()
+    try:
+        resolve_device(cfg)
+        check_writable(cfg.run_dir)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if cfg.metrics_port and cfg.verbosity != "off":
+        with socket.socket() as sock:
+            try:
+                sock.bind((cfg.metrics_host, cfg.metrics_port))
+            except OSError:
+                raise ValueError(f"metrics_port={cfg.metrics_port} is invalid: it is in use on "
+                                 f"{cfg.metrics_host}; expected a free port or 0") from None
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .archive import default_run_dir
+
+    cfg = train_config_from_args(args)
+    if not cfg.run_dir:
+        cfg.run_dir = default_run_dir(cfg.env, cfg.seed)
+    preflight(cfg)
+    from .session import run_training
+
+    summary = run_training(cfg, sys.argv[1:])
+    print(json.dumps(summary))
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    if args.episodes <= 0:
+        raise UsageError(f"--episodes={args.episodes} is invalid: expected an integer > 0")
+    from .evaluate import evaluate_run
+
+    try:
+        result = evaluate_run(args.run_dir, args.episodes, greedy=args.greedy, seed=args.seed)
+    except (ValueError, OSError) as exc:
+        raise UsageError(str(exc)) from None
+    print(json.dumps(result))
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from .runs import list_runs
+
+    print(list_runs(args.directory, sort=args.sort, filters=args.filter, top=args.top, as_json=args.json))
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from .doctor import run_doctor
+
+    return 0 if run_doctor(seed=args.seed, keep=args.keep) else 1
+
+
+COMMANDS = {"train": cmd_train, "eval": cmd_eval, "runs": cmd_runs, "doctor": cmd_doctor}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rlvitals.actors.envs import EnvError
+
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        return COMMANDS[args.command](args)
+    except (UsageError, ConfigError, EnvError) as exc:
+        print(f"rlvitals: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("rlvitals: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

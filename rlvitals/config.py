@@ -1,0 +1,263 @@
+"""Typed run configuration: defaults, YAML files, command-line overrides, validation.
+
+Every field carries a docstring; the command line's help text is read from
+those docstrings, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import yaml
+
+VERBOSITY_LEVELS = ("off", "minimal", "standard", "debug")
+MODES = ("local", "ray")
+AGENTS = ("ppo", "random", "fixed")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong; the message is one line for the user."""
+
+
+@dataclass
+class TrainConfig:
+    # --- what to run ---
+    env: str = "CartPole-v1"
+    """Gymnasium id of the environment, or `module:EnvId` to import the module that registers it first."""
+    mode: str = "local"
+    """`local`: actor and learner in one deterministic process; `ray`: actors spread over a Ray cluster."""
+    agent: str = "ppo"
+    """`ppo` learns; `random` and `fixed` are probe agents that act through the same actors with learning off."""
+    fixed_action: int = 0
+    """Action taken by the `fixed` probe agent (discrete action spaces only)."""
+    seed: int = 0
+    """Seed for torch, numpy and the environments; the same seed reproduces a local run bit for bit on CPU."""
+    total_env_steps: int = 150_000
+    """Agent steps to collect before the run stops (summed over all envs, reset transitions excluded)."""
+
+    # --- actors ---
+    num_envs: int = 32
+    """Environments stepped together by one actor; policy inference is batched over them."""
+    rollout_length: int = 32
+    """Steps each env takes per rollout; one rollout of num_envs x rollout_length samples is one learner batch."""
+
+    # --- learner: PPO with V-trace correction ---
+    learning_rate: float = 2.5e-3
+    """Adam learning rate."""
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to zero over total_env_steps."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.9
+    """Lambda of GAE / V-trace: the trade-off between bias (0) and variance (1) of the advantage."""
+    update_epochs: int = 4
+    """Passes over each batch; every minibatch of every pass is one optimizer step (one network age)."""
+    num_minibatches: int = 4
+    """Minibatches each batch is split into per epoch."""
+    clip_coef: float = 0.2
+    """PPO clipping range of the probability ratio."""
+    value_coef: float = 0.5
+    """Weight of the value loss."""
+    entropy_coef: float = 0.0
+    """Weight of the entropy bonus."""
+    max_grad_norm: float = 0.5
+    """Global gradient norm above which gradients are scaled down."""
+    normalize_advantages: bool = True
+    """Normalise advantages to zero mean and unit std per minibatch."""
+    vtrace_rho_clip: float = 1.0
+    """V-trace rho-bar: truncation of the importance weight on the TD error of stale samples."""
+    vtrace_c_clip: float = 1.0
+    """V-trace c-bar: truncation of the importance weights that carry corrections backwards in time."""
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """Widths of the hidden layers of the vector-observation trunk."""
+    device: str = "auto"
+    """Learner device: `auto` picks CUDA when present, else CPU."""
+    torch_threads: int = 1
+    """Torch intra-op threads per process; small networks run fastest on one."""
+
+    # --- telemetry and archive ---
+    verbosity: str = "standard"
+    """Metric detail: off, minimal, standard or debug (also from RLVITALS_VERBOSITY)."""
+    metrics_port: int = 0
+    """Port of this process's /metrics endpoint; 0 picks a free one."""
+    metrics_host: str = "127.0.0.1"
+    """Address the /metrics endpoint binds to; loopback unless you mean to expose it."""
+    run_dir: str = ""
+    """Directory of this run's archive; empty means runs/<env>-<time>-s<seed>."""
+    log_interval_seconds: float = 0.5
+    """Seconds between refreshes of the progress display."""
+    log_every_updates: int = 10
+    """Learner updates between rows of metrics.jsonl (counted in updates, so rows are reproducible)."""
+    checkpoint_interval: int = 500
+    """Learner steps between checkpoints (a final one is always written)."""
+    return_threshold: float | None = None
+    """Mean return over the last 100 episodes that counts as solved; its time is reported in summary.json."""
+    stop_at_threshold: bool = False
+    """End the run as soon as return_threshold is reached."""
+    progress: bool = True
+    """Show the live progress line in the terminal."""
+
+    # ---------------------------------------------------------------- derived
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.rollout_length
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.batch_size // self.num_minibatches
+
+    @property
+    def num_updates(self) -> int:
+        return math.ceil(self.total_env_steps / self.batch_size)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["hidden_sizes"] = list(self.hidden_sizes)
+        return out
+
+    # ------------------------------------------------------------- validation
+    def validate(self) -> "TrainConfig":
+        """Raise ConfigError naming the first bad value; return self when all are good."""
+        _choice("mode", self.mode, MODES)
+        _choice("agent", self.agent, AGENTS)
+        _choice("verbosity", self.verbosity, VERBOSITY_LEVELS)
+        _choice("device", self.device, DEVICES)
+        for name in ("total_env_steps", "num_envs", "rollout_length", "update_epochs",
+                     "num_minibatches", "torch_threads", "checkpoint_interval", "log_every_updates"):
+            _positive_int(name, getattr(self, name))
+        for name in ("learning_rate", "clip_coef", "max_grad_norm", "vtrace_rho_clip",
+                     "vtrace_c_clip", "log_interval_seconds"):
+            _positive_float(name, getattr(self, name))
+        for name in ("value_coef", "entropy_coef"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"{name}={value!r} is invalid: expected a finite number >= 0")
+        for name in ("gamma", "gae_lambda"):
+            value = getattr(self, name)
+            if not (0.0 <= value <= 1.0):
+                raise ConfigError(f"{name}={value!r} is invalid: expected a number in [0, 1]")
+        if not self.hidden_sizes or any(int(h) <= 0 for h in self.hidden_sizes):
+            raise ConfigError(f"hidden_sizes={list(self.hidden_sizes)!r} is invalid: expected one or more positive integers")
+        if self.batch_size % self.num_minibatches:
+            raise ConfigError(
+                f"num_minibatches={self.num_minibatches} is invalid: it must divide the batch "
+                f"num_envs*rollout_length={self.batch_size}")
+        if not (0 <= self.metrics_port <= 65535):
+            raise ConfigError(f"metrics_port={self.metrics_port} is invalid: expected 0 (any free port) to 65535")
+        if not self.env or not isinstance(self.env, str):
+            raise ConfigError(f"env={self.env!r} is invalid: expected a gymnasium id such as CartPole-v1")
+        if self.return_threshold is not None and not math.isfinite(self.return_threshold):
+            raise ConfigError(f"return_threshold={self.return_threshold!r} is invalid: expected a finite number")
+        return self
+
+
+def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{name}={value!r} is invalid: expected one of {', '.join(allowed)}")
+
+
+def _positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{name}={value!r} is invalid: expected an integer > 0")
+
+
+def _positive_float(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"{name}={value!r} is invalid: expected a finite number > 0")
+
+
+# ------------------------------------------------------------------ field docs
+def field_docs(cls: type = TrainConfig) -> dict[str, str]:
+    """Map each dataclass field to the docstring written under it."""
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, following in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)):
+            docs[node.target.id] = " ".join(following.value.value.split())
+    return docs
+
+
+def field_types() -> dict[str, Any]:
+    return get_type_hints(TrainConfig)
+
+
+def coerce(name: str, raw: Any) -> Any:
+    """Turn a YAML or command-line value into the field's type, or raise ConfigError."""
+    hint = field_types()[name]
+    text = str(raw)
+    try:
+        if hint is bool:
+            if isinstance(raw, bool):
+                return raw
+            lowered = text.lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if hint is int:
+            if isinstance(raw, float) and raw.is_integer():
+                return int(raw)
+            if isinstance(raw, bool):
+                raise ValueError
+            return int(text.replace("_", ""))
+        if hint is float:
+            if isinstance(raw, bool):
+                raise ValueError
+            return float(text)
+        if hint == (float | None):
+            if raw is None or text.lower() in ("none", "null", ""):
+                return None
+            return float(text)
+        if hint == tuple[int, ...]:
+            items = raw if isinstance(raw, (list, tuple)) else [p for p in text.replace(" ", "").split(",") if p]
+            return tuple(int(x) for x in items)
+        return text
+    except (TypeError, ValueError):
+        kind = {bool: "true or false", int: "an integer", float: "a number"}.get(hint, "a list of integers like 64,64")
+        if hint == (float | None):
+            kind = "a number or none"
+        raise ConfigError(f"{name}={raw!r} is invalid: expected {kind}") from None
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as exc:
+        raise ConfigError(f"config file {str(path)!r} is unreadable: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        where = f" at line {line + 1}" if line is not None else ""
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML{where}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r} is invalid: expected a mapping of field: value")
+    return data
+
+
+def build_config(yaml_path: str | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Defaults, then the YAML file, then command-line overrides; validated."""
+    values: dict[str, Any] = {}
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    layers = []
+    if yaml_path:
+        layers.append(load_yaml(yaml_path))
+    layers.append(overrides or {})
+    for layer in layers:
+        for name, raw in layer.items():
+            if name not in known:
+                raise ConfigError(f"unknown config field {name!r}: expected one of {', '.join(sorted(known))}")
+            values[name] = coerce(name, raw)
+    return TrainConfig(**values).validate()

@@ -1,0 +1,60 @@
+"""Evaluate a run's latest checkpoint: `rlvitals eval`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rlvitals.actors.runner import EnvRunner
+
+from .archive import RunArchive
+from .config import TrainConfig
+
+
+def load_network(run_dir: str):
+    """(config, network) from a run directory's latest checkpoint."""
+    path = Path(run_dir)
+    if not (path / "config.yaml").is_file():
+        raise ValueError(f"run_dir={run_dir!r} is invalid: no config.yaml there; expected a run directory")
+    archive = RunArchive(path)
+    state = archive.load_checkpoint()
+    cfg = TrainConfig(**{**state["config"], "hidden_sizes": tuple(state["config"]["hidden_sizes"])})
+    from .training import make_network
+
+    probe = EnvRunner(cfg.env, 1, seed=0)
+    net = make_network(cfg, probe.obs_space, probe.action_space)
+    probe.close()
+    net.load_state_dict(state["network"])
+    net.eval()
+    return cfg, net
+
+
+class GreedyPolicy:
+    def __init__(self, net):
+        self.net, self.age = net, net.age
+
+    @torch.no_grad()
+    def act(self, obs):
+        params = self.net.policy_params(obs)
+        dist = self.net.dist
+        actions = params.argmax(-1) if hasattr(dist, "n") else params[..., : dist.dim]
+        return actions, params, dist.log_prob(params, actions)
+
+
+def evaluate_run(run_dir: str, episodes: int, greedy: bool = False, seed: int = 12345) -> dict:
+    cfg, net = load_network(run_dir)
+    torch.manual_seed(seed)
+    net.seed(seed)
+    runner = EnvRunner(cfg.env, min(episodes, 16), seed=seed)
+    policy = GreedyPolicy(net) if greedy else net
+    returns: list[float] = []
+    try:
+        while len(returns) < episodes:
+            returns.extend(runner.collect(policy, 256).episodes.returns.tolist())
+    finally:
+        runner.close()
+    r = np.asarray(returns[:episodes])
+    return {"run_dir": str(run_dir), "env": cfg.env, "episodes": int(r.size), "greedy": greedy,
+            "mean": float(r.mean()), "std": float(r.std()), "min": float(r.min()), "max": float(r.max())}

@@ -1,0 +1,92 @@
+"""`rlvitals runs DIR`: every run under a directory as one sortable, filterable table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from .config import TrainConfig
+
+IDENTITY = ("env", "agent", "seed", "mode", "run_dir", "total_env_steps", "progress", "metrics_port",
+            "metrics_host", "log_interval_seconds", "log_every_updates", "checkpoint_interval",
+            "return_threshold", "stop_at_threshold", "verbosity")
+
+
+def _load(run: Path) -> dict | None:
+    try:
+        config = yaml.safe_load((run / "config.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    summary = {}
+    if (run / "summary.json").is_file():
+        summary = json.loads((run / "summary.json").read_text())
+    return {"path": str(run), "config": config, "summary": summary}
+
+
+def collect(directory: str) -> list[dict]:
+    root = Path(directory)
+    if not root.is_dir():
+        raise ValueError(f"directory {directory!r} does not exist; expected a directory of runs")
+    found = [_load(p.parent) for p in sorted(root.rglob("config.yaml"))]
+    return [r for r in found if r is not None]
+
+
+def rows(runs: list[dict]) -> tuple[list[dict], list[str]]:
+    """Table rows, plus the config fields that differ between runs (the 'key differences')."""
+    defaults = TrainConfig().to_dict()
+    varying = sorted({k for r in runs for k, v in r["config"].items()
+                      if k not in IDENTITY and any(o["config"].get(k, defaults.get(k)) != v for o in runs)})
+    out = []
+    for r in runs:
+        c, s = r["config"], r["summary"]
+        out.append({
+            "run": Path(r["path"]).name, "env": c.get("env"), "algorithm": c.get("agent"), "seed": c.get("seed"),
+            "differences": " ".join(f"{k}={c.get(k)}" for k in varying),
+            "env_steps": s.get("env_steps"), "final_return": s.get("mean_return_last_100"),
+            "seconds_to_threshold": s.get("seconds_to_threshold"), "wall_seconds": s.get("wall_seconds"),
+            "status": "done" if s else "running/crashed", "path": r["path"]})
+    return out, varying
+
+
+def _matches(row: dict, flt: str) -> bool:
+    key, sep, value = flt.partition("=")
+    if not sep or key not in row:
+        raise ValueError(f"--filter {flt!r} is invalid: expected COLUMN=VALUE with COLUMN one of {', '.join(row)}")
+    return str(row[key]) == value
+
+
+def list_runs(directory: str, sort: str = "-final_return", filters=(), top: int = 0, as_json: bool = False) -> str:
+    table, _ = rows(collect(directory))
+    if table:
+        for flt in filters:
+            table = [r for r in table if _matches(r, flt)] if table else table
+    key = sort.lstrip("-")
+    if table and key not in table[0]:
+        raise ValueError(f"--sort {sort!r} is invalid: expected a column: {', '.join(table[0])}")
+    present = [r for r in table if r.get(key) is not None]
+    missing = [r for r in table if r.get(key) is None]
+    present.sort(key=lambda r: r[key], reverse=sort.startswith("-"))
+    table = present + missing
+    if top > 0:
+        table = table[:top]
+    if as_json:
+        return json.dumps(table, indent=2)
+    return format_table(table)
+
+
+def format_table(table: list[dict]) -> str:
+    columns = ["run", "env", "algorithm", "seed", "differences", "env_steps", "final_return",
+               "seconds_to_threshold", "wall_seconds", "status"]
+    if not table:
+        return "no runs found"
+
+    def cell(v):
+        if v is None:
+            return "-"
+        return f"{v:.1f}" if isinstance(v, float) else str(v)
+
+    grid = [columns] + [[cell(r[c]) for c in columns] for r in table]
+    widths = [max(len(row[i]) for row in grid) for i in range(len(columns))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in grid)

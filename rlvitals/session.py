@@ -1,0 +1,44 @@
+"""One training session: archive, telemetry, signals, then the chosen run loop."""
+
+from __future__ import annotations
+
+import signal
+
+from .archive import RunArchive
+from .config import TrainConfig
+
+
+def run_training(cfg: TrainConfig, argv: list[str]) -> dict:
+    """Create the run directory, start telemetry, train, and always clean up."""
+    archive = RunArchive.create(cfg.run_dir, cfg.to_dict(), argv)
+    telemetry = None
+    if cfg.verbosity != "off":
+        from rlvitals.telemetry.process import ProcessTelemetry
+
+        meta = archive.meta
+        telemetry = ProcessTelemetry.start(
+            component="learner", verbosity=cfg.verbosity, host=cfg.metrics_host, port=cfg.metrics_port,
+            discovery_dir=str(archive.path / "discovery"),
+            run_info={"run_id": meta["run_id"], "env": cfg.env, "algorithm": cfg.agent,
+                      "mode": cfg.mode, "code_version": meta["code_version"]["commit"][:12]})
+        if cfg.progress:
+            print(f"rlvitals: metrics at {telemetry.url}  (run dir {archive.path})", flush=True)
+    stopping = {"flag": False}
+
+    def on_term(signum, frame):  # SIGTERM: finish the current update, then write the archive
+        stopping["flag"] = True
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        if cfg.mode == "local":
+            from .training import train_local
+
+            return train_local(cfg, archive, telemetry, stop=lambda: stopping["flag"])
+        from .distributed import train_ray
+
+        return train_ray(cfg, archive, telemetry, stop=lambda: stopping["flag"])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if telemetry is not None:
+            telemetry.stop()
+        archive.close()

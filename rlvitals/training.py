@@ -1,0 +1,204 @@
+"""Building the parts of a run from its config, and the local (one-process) run loop.
+
+Local mode is the debugging mode: actor and learner take turns in one thread,
+so a breakpoint anywhere stops everything and a traceback points at the line.
+The Ray mode (rlvitals.distributed) builds the same runner, network and
+learner through the functions here.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from rlvitals.actors.agents import FixedActionAgent, RandomAgent
+from rlvitals.actors.envs import env_seed
+from rlvitals.actors.runner import EnvRunner
+from rlvitals.learner.networks import ActorCritic
+from rlvitals.learner.ppo import PPOLearner, PPOSettings
+
+from .archive import RunArchive
+from .config import TrainConfig
+from .progress import ProgressLine
+
+
+def resolve_device(cfg: TrainConfig) -> torch.device:
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' is invalid: no CUDA GPU is visible; expected auto or cpu")
+    if cfg.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(cfg.device)
+
+
+def seed_everything(seed: int, threads: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    torch.set_num_threads(threads)
+
+
+def make_network(cfg: TrainConfig, obs_space, action_space) -> ActorCritic:
+    net = ActorCritic(obs_space, action_space, cfg.hidden_sizes)
+    net.seed(cfg.seed)
+    return net
+
+
+def make_agent(cfg: TrainConfig, runner: EnvRunner, net: ActorCritic):
+    """The policy the actors act with: the network, or a probe agent."""
+    if cfg.agent == "random":
+        return RandomAgent(runner.action_space, cfg.seed)
+    if cfg.agent == "fixed":
+        return FixedActionAgent(runner.action_space, cfg.fixed_action)
+    return net
+
+
+def ppo_settings(cfg: TrainConfig) -> PPOSettings:
+    return PPOSettings(**{f: getattr(cfg, f) for f in PPOSettings.__dataclass_fields__})
+
+
+class DevicePolicy:
+    """Acts with a network that lives on another device (local mode with a GPU learner)."""
+
+    def __init__(self, net: ActorCritic, device: torch.device):
+        self.net, self.device = net, device
+
+    @property
+    def age(self) -> int:
+        return self.net.age
+
+    def act(self, obs):
+        actions, params, logp = self.net.act(obs.to(self.device, non_blocking=True))
+        return actions.cpu(), params.cpu(), logp.cpu()
+
+
+@dataclass
+class RunTracker:
+    """Counters, the recent-episode window and the solved-time of one run."""
+
+    total_env_steps: int
+    return_threshold: float | None = None
+    window: deque = field(default_factory=lambda: deque(maxlen=100))
+    env_steps: int = 0
+    episodes: int = 0
+    updates: int = 0
+    started: float = field(default_factory=time.perf_counter)
+    solved_after_s: float | None = None
+    solved_at_env_steps: int | None = None
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def mean_return(self) -> float | None:
+        return float(np.mean(self.window)) if self.window else None
+
+    def add_rollout(self, rollout) -> None:
+        self.env_steps += rollout.env_steps
+        self.episodes += len(rollout.episodes.returns)
+        self.window.extend(rollout.episodes.returns.tolist())
+        if (self.return_threshold is not None and self.solved_after_s is None
+                and len(self.window) == self.window.maxlen and self.mean_return() >= self.return_threshold):
+            self.solved_after_s = self.elapsed
+            self.solved_at_env_steps = self.env_steps
+
+    def done(self) -> bool:
+        return self.env_steps >= self.total_env_steps
+
+    def summary(self, learner_steps: int, algorithm: str) -> dict:
+        return {
+            "algorithm": algorithm, "env_steps": self.env_steps, "episodes": self.episodes,
+            "updates": self.updates, "learner_steps": learner_steps, "wall_seconds": round(self.elapsed, 3),
+            "env_steps_per_second": round(self.env_steps / max(self.elapsed, 1e-9), 1),
+            "mean_return_last_100": self.mean_return(),
+            "return_threshold": self.return_threshold, "seconds_to_threshold": self.solved_after_s,
+            "env_steps_to_threshold": self.solved_at_env_steps,
+        }
+
+
+def clean_row(row: dict) -> dict:
+    """A metrics.jsonl row: finite numbers only (undefined statistics are left out, not zeroed)."""
+    return {k: v for k, v in row.items() if not (isinstance(v, float) and not math.isfinite(v))}
+
+
+def train_local(cfg: TrainConfig, archive: RunArchive, telemetry=None, stop=None) -> dict:
+    """Collect, learn, repeat, in one process. Returns the run summary (also written to the archive)."""
+    seed_everything(cfg.seed, cfg.torch_threads)
+    device = resolve_device(cfg)
+    runner = EnvRunner(cfg.env, cfg.num_envs, env_seed(cfg.seed, 0))
+    net = make_network(cfg, runner.obs_space, runner.action_space)
+    learner = None
+    if cfg.agent == "ppo":
+        learner = PPOLearner(net, ppo_settings(cfg), device, cfg.seed,
+                             value_trace=telemetry is not None and telemetry.wants_value_trace)
+    agent = make_agent(cfg, runner, net)
+    if learner is not None and device.type != "cpu":
+        agent = DevicePolicy(net, device)
+    tracker = RunTracker(cfg.total_env_steps, cfg.return_threshold)
+    progress = ProgressLine(cfg.total_env_steps, enabled=cfg.progress)
+    last_draw = 0.0
+    stats: dict = {}
+    try:
+        while not tracker.done() and not (stop is not None and stop()):
+            rollout = runner.collect(agent, cfg.rollout_length)
+            tracker.add_rollout(rollout)
+            if telemetry is not None:
+                telemetry.record_rollout(rollout)
+            if learner is not None:
+                if cfg.anneal_lr:
+                    learner.set_learning_rate(cfg.learning_rate * max(0.0, 1 - tracker.env_steps / cfg.total_env_steps))
+                t0 = time.perf_counter()
+                stats = learner.learn(rollout)
+                stats["time_learn_total"] = time.perf_counter() - t0
+                if telemetry is not None:
+                    telemetry.record_learn(stats, rollout.env_steps)
+            tracker.updates += 1
+            if tracker.updates % cfg.log_every_updates == 0:
+                archive.append_metrics(clean_row(_row(tracker, net, stats)))
+            if learner is not None and tracker.updates % max(1, cfg.checkpoint_interval // max(1, _steps_per_update(cfg))) == 0:
+                save_checkpoint(archive, cfg, net, learner, tracker)
+            now = time.perf_counter()
+            if now - last_draw >= cfg.log_interval_seconds:
+                last_draw = now
+                progress.update(tracker.env_steps, tracker.env_steps / max(tracker.elapsed, 1e-9),
+                                tracker.mean_return(), {**stats, "age": net.age})
+            if cfg.stop_at_threshold and tracker.solved_after_s is not None:
+                break
+    finally:
+        progress.close()
+        runner.close()
+    if learner is not None:
+        save_checkpoint(archive, cfg, net, learner, tracker)
+    summary = tracker.summary(net.age, cfg.agent)
+    archive.append_metrics(clean_row(_row(tracker, net, stats)))
+    archive.write_summary(summary)
+    return summary
+
+
+def _steps_per_update(cfg: TrainConfig) -> int:
+    return cfg.update_epochs * cfg.num_minibatches
+
+
+def _row(tracker: RunTracker, net, stats: dict) -> dict:
+    row = {"updates": tracker.updates, "env_steps": tracker.env_steps, "episodes": tracker.episodes,
+           "learner_steps": net.age, "mean_return_last_100": tracker.mean_return(),
+           "wall_seconds": round(tracker.elapsed, 3)}
+    row.update({k: v for k, v in stats.items() if isinstance(v, float) and not k.startswith("time_")})
+    return row
+
+
+def save_checkpoint(archive: RunArchive, cfg: TrainConfig, net, learner: PPOLearner, tracker: RunTracker) -> None:
+    archive.save_checkpoint({
+        "config": cfg.to_dict(),
+        "network": net.state_dict(),
+        "optimizer": learner.optimizer.state_dict(),
+        "age": net.age,
+        "env_steps": tracker.env_steps,
+        "updates": tracker.updates,
+        "obs_space": None,
+    })

@@ -1,0 +1,12 @@
+"""Telemetry: the metric catalogue and everything that exports it.
+
+`catalogue` lists every metric (name, type, labels, level, meaning);
+`recorder` turns per-batch statistics into metric state without touching
+Prometheus on the hot path; `collectors` build Prometheus families from that
+state and read process, torch and NVML figures at scrape time; `process`
+serves /metrics and maintains the file_sd discovery file; `reference` writes
+docs/metrics.md from the catalogue.
+
+May import: prometheus_client, psutil, numpy, torch, pynvml. Nothing else of
+rlvitals: every other part may import telemetry, never the other way round.
+"""

@@ -1,0 +1,261 @@
+"""The metric catalogue: every metric rlvitals exports, in one place.
+
+Exporters, the metric reference page (docs/metrics.md), the dashboards and
+the alert rules are generated from or checked against this list, so a metric
+cannot exist in one of them and not the others.
+
+Each entry says what is measured, what healthy looks like, and what it means
+when it is not. `source` names the key of the per-batch statistics dict the
+value comes from (also the key used in the run's metrics.jsonl).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+LEVELS = ("off", "minimal", "standard", "debug")
+KINDS = ("counter", "gauge", "histogram", "info")
+STATS = ("min", "max", "mean", "std")
+
+STALENESS_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+# Symmetric, roughly logarithmic: value-like quantities from -1000 to 1000.
+SIGNED_BUCKETS = tuple(sorted({s * b for b in (0.01, 0.1, 0.3, 1, 3, 10, 30, 100, 300, 1000) for s in (-1, 1)} | {0.0}))
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    kind: str
+    component: str
+    """learner, actor, queue, process, gpu or run."""
+    level: str
+    """Lowest verbosity at which it is exported."""
+    unit: str
+    """Grafana unit id used by the dashboards (s, bytes, percentunit, short, none, celsius, watt)."""
+    help: str
+    labels: tuple[str, ...] = ()
+    label_values: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """The closed set of values of each label (all labels are bounded by construction)."""
+    source: str | None = None
+    """Stats key; with a label, a pattern such as 'value_{stat}'."""
+    buckets: tuple[float, ...] | None = None
+    hardware: bool = False
+    """Only has samples where the hardware exists (GPU); the family is always declared."""
+
+    def at(self, level: str) -> bool:
+        return LEVELS.index(level) >= LEVELS.index(self.level) and level != "off"
+
+
+def _stats(name, component, level, unit, help, source):
+    return Metric(name, "gauge", component, level, unit, help, labels=("stat",),
+                  label_values={"stat": STATS}, source=source)
+
+
+METRICS: tuple[Metric, ...] = (
+    # ------------------------------------------------------------------ run
+    Metric("rlvitals_run_info", "info", "run", "minimal", "none",
+           "Identity of the run this process belongs to: run id, env, algorithm, mode, code version. "
+           "One series per process; use it to join metrics across components of the same run.",
+           labels=("run_id", "env", "algorithm", "mode", "code_version")),
+
+    # -------------------------------------------------------------- learner
+    Metric("rlvitals_learner_steps_total", "counter", "learner", "minimal", "short",
+           "Optimizer steps taken (the network's age). Healthy: rises at a steady rate; a flat line means "
+           "the learner is starved or stuck.", source="learner_steps"),
+    Metric("rlvitals_learner_network_age", "gauge", "learner", "minimal", "short",
+           "Current age of the learner's network in optimizer steps; the version stamped on new samples.",
+           source="age"),
+    Metric("rlvitals_learner_updates_total", "counter", "learner", "standard", "short",
+           "Batches (rollouts) the learner has trained on.", source="updates"),
+    Metric("rlvitals_learner_samples_consumed_total", "counter", "learner", "minimal", "short",
+           "Distinct samples the learner received and learned from (reset transitions excluded). Healthy: "
+           "close to the actors' env steps; a growing gap means samples are dropped or queued.", source="samples"),
+    Metric("rlvitals_learner_samples_learned_total", "counter", "learner", "standard", "short",
+           "Sample-gradient passes: each sample counts once per epoch it is learned in.", source="samples_learned"),
+    Metric("rlvitals_learner_training_intensity", "gauge", "learner", "standard", "short",
+           "Samples learned per sample collected. Healthy: steady, equal to the epochs per batch in "
+           "synchronous mode; falling means actors out-produce the learner, rising means samples are reused.",
+           source="training_intensity"),
+    Metric("rlvitals_learner_sample_staleness_steps", "histogram", "learner", "standard", "short",
+           "Network age of each sample when it reaches the learner: learner steps between the network that "
+           "produced it and the one learning from it. Healthy: a steady value (exactly 0 in synchronous local "
+           "mode); rising staleness means actors lag the learner and on-policy learning degrades.",
+           buckets=STALENESS_BUCKETS, source="staleness"),
+    Metric("rlvitals_learner_relative_entropy_ratio", "gauge", "learner", "standard", "percentunit",
+           "Policy entropy divided by the maximum possible entropy, on the learner's batch. Healthy: starts "
+           "near 1, falls quickly, then flattens. Stuck near 1: no policy is being learned (check policy "
+           "targets, backprop, the env). Near 0: the policy collapsed (add exploration or shrink rewards). "
+           "Wild oscillation: learning rate too high.", source="relative_entropy"),
+    Metric("rlvitals_learner_kl_divergence_nats", "gauge", "learner", "standard", "none",
+           "KL(behaviour policy || learner policy) on the same batch, exact from stored action distributions. "
+           "Healthy: small and positive. Very large: stale experience. Very small: the learning rate could "
+           "go up. Growing steadily: old experience is being replayed. Negative is impossible here; a "
+           "negative value would be a bug.", source="kl"),
+    Metric("rlvitals_learner_residual_variance_ratio", "gauge", "learner", "standard", "percentunit",
+           "Var(value targets - values) / Var(value targets). Healthy: starts near 1, drops fast, then "
+           "declines slowly. Stuck near 1: the value net is not learning (check rewards, value loss, "
+           "backprop). Zero: usually a collapsed policy. Oscillating: learning rate too high.",
+           source="residual_variance"),
+    Metric("rlvitals_learner_terminal_correlation", "gauge", "learner", "standard", "none",
+           "Correlation between the value of the final state and the final reward, over terminal steps in the "
+           "batch. Healthy (envs with large final rewards): rises from 0 to near 1. Stuck near 0 while other "
+           "value signals look fine: reward-to-go near termination is wrong. Absent when undefined.",
+           source="terminal_correlation"),
+    Metric("rlvitals_learner_penultimate_terminal_correlation", "gauge", "learner", "standard", "none",
+           "Correlation between the value one step before the end and the final reward. High terminal but low "
+           "penultimate correlation: reward-to-go is not carried backwards.",
+           source="penultimate_terminal_correlation"),
+    _stats("rlvitals_learner_value_target", "learner", "standard", "none",
+           "Value targets (V-trace) over the batch: min, max, mean, std. Healthy: within [-10, 10], ideally "
+           "[-3, 3]. Larger: scale rewards down; blowing up: check discounting or lower gamma.", "target_{stat}"),
+    _stats("rlvitals_learner_value", "learner", "standard", "none",
+           "Value predictions over the batch: min, max, mean, std. Healthy: close to the value-target "
+           "distribution; persistently different means the value net struggles. Negative values in an env "
+           "with only positive rewards mean reward-to-go or the value net is broken.", "value_{stat}"),
+    _stats("rlvitals_learner_advantage", "learner", "standard", "none",
+           "Advantages before normalisation: min, max, mean, std. Healthy: within [-10, 10] and mean near "
+           "zero; a mean persistently away from zero means the advantage calculation is wrong.",
+           "advantage_{stat}"),
+    _stats("rlvitals_learner_reward", "learner", "standard", "none",
+           "Rewards in the batch: min, max, mean, std. Compare with what the env should give; surprises "
+           "here explain surprises everywhere else.", "reward_{stat}"),
+    Metric("rlvitals_learner_update_step", "gauge", "learner", "standard", "none",
+           "Parameter change made by one learner update (entering vs leaving the learner): abs-max and "
+           "mean-square. Healthy: mean-square small (around 1e-3 at lr 1e-2) and abs-max small but well above "
+           "it. Much smaller: raise the learning rate; much larger: expect instability.",
+           labels=("stat",), label_values={"stat": ("absmax", "meansq")}, source="step_{stat}"),
+    Metric("rlvitals_learner_gradient", "gauge", "learner", "standard", "none",
+           "Gradient statistics per update before clipping: abs-max, mean-square, global norm. Use them when "
+           "the step statistics look odd, to tell a gradient problem from an optimizer problem.",
+           labels=("stat",), label_values={"stat": ("absmax", "meansq", "norm")}, source="grad_{stat}"),
+    Metric("rlvitals_learner_gradient_noise_scale", "gauge", "learner", "standard", "short",
+           "McCandlish & Kaplan simple gradient noise scale (EMA-smoothed): the batch size beyond which "
+           "larger batches stop helping. Very noisy; read its long-run average.", source="grad_noise_scale"),
+    Metric("rlvitals_learner_loss", "gauge", "learner", "standard", "none",
+           "Loss terms averaged over the update's minibatches: policy (clipped surrogate), value, entropy "
+           "(negative entropy). Healthy: fall early, then level out; a poor localiser of bugs on its own.",
+           labels=("part",), label_values={"part": ("policy", "value", "entropy")}, source="{part}_loss"),
+    Metric("rlvitals_learner_clip_fraction_ratio", "gauge", "learner", "standard", "percentunit",
+           "Fraction of samples whose probability ratio left the PPO clip range. Healthy: 0.05-0.3. Near 1: "
+           "the policy moves too far per batch (lower lr or epochs) or samples are stale.",
+           source="clip_fraction"),
+    Metric("rlvitals_learner_phase_seconds_total", "counter", "learner", "standard", "s",
+           "Seconds the learner spent in each phase. rate() gives the fraction of time per phase; a large "
+           "`wait` share means the learner is starved by the actors, a large `publish` share means weight "
+           "broadcasts are too big or too frequent.",
+           labels=("phase",),
+           label_values={"phase": ("wait", "transfer", "forward_backward", "optimizer", "publish")},
+           source="time_{phase}"),
+    Metric("rlvitals_learner_value_trace", "gauge", "learner", "debug", "none",
+           "Value and reward along one recent trajectory of the batch (fixed length: the rollout). Healthy: "
+           "values rise roughly exponentially toward rewards, then drop when a reward is collected.",
+           labels=("series", "step"), label_values={"series": ("value", "reward")}),
+    Metric("rlvitals_learner_layer_weight_rms", "gauge", "learner", "debug", "none",
+           "Root-mean-square of each layer's weights. Healthy: stable; steady growth means no regularisation "
+           "against exploding weights.", labels=("layer",)),
+    Metric("rlvitals_learner_layer_gradient_rms", "gauge", "learner", "debug", "none",
+           "Root-mean-square of each layer's gradient in the last minibatch. A layer near 0 while others are "
+           "not is disconnected or saturated.", labels=("layer",)),
+    Metric("rlvitals_learner_layer_activation_std", "gauge", "learner", "debug", "none",
+           "Standard deviation of each activation layer's output on the batch. Near 0: the layer carries no "
+           "information (dead or saturated units).", labels=("layer",)),
+    Metric("rlvitals_learner_layer_dead_ratio", "gauge", "learner", "debug", "percentunit",
+           "Fraction of units that are inactive for the whole batch (ReLU output 0, tanh saturated above "
+           "0.99). Healthy: well below 0.5; rising means units are dying.", labels=("layer",)),
+    Metric("rlvitals_learner_value_target_distribution", "histogram", "learner", "debug", "none",
+           "Histogram of every value target learned from. Same reading as rlvitals_learner_value_target, "
+           "with the shape visible.", buckets=SIGNED_BUCKETS),
+    Metric("rlvitals_learner_advantage_distribution", "histogram", "learner", "debug", "none",
+           "Histogram of every advantage before normalisation.", buckets=SIGNED_BUCKETS),
+
+    # --------------------------------------------------------------- actors
+    Metric("rlvitals_actor_env_steps_total", "counter", "actor", "minimal", "short",
+           "Agent steps taken (reset transitions excluded). rate() is the actor throughput. Healthy: steady "
+           "for the whole run; slow decay means something accumulates (memory, logging, queues).",
+           source="env_steps"),
+    Metric("rlvitals_actor_episodes_total", "counter", "actor", "minimal", "short",
+           "Episodes finished.", source="episodes"),
+    _stats("rlvitals_actor_episode_return", "actor", "minimal", "none",
+           "Return of the last 100 finished episodes: min, max, mean, std. What you care about, but noisy "
+           "and poor at localising errors.", "return_{stat}"),
+    _stats("rlvitals_actor_episode_length", "actor", "minimal", "short",
+           "Length (agent steps) of the last 100 finished episodes: min, max, mean, std. Every episode the "
+           "same length in an env that should vary: a broken env or a degenerate policy.", "length_{stat}"),
+    Metric("rlvitals_actor_solve_ratio", "gauge", "actor", "standard", "percentunit",
+           "Fraction of the last 100 episodes the env reported as a success (`is_success`/`success` in info); "
+           "absent for envs that do not report success.", source="solve_ratio"),
+    Metric("rlvitals_actor_phase_seconds_total", "counter", "actor", "standard", "s",
+           "Seconds actors spent stepping envs, running policy inference, and waiting for weights. A large "
+           "`weight_wait` share means actors idle on the learner.",
+           labels=("phase",), label_values={"phase": ("env_step", "inference", "weight_wait")},
+           source="time_{phase}"),
+    Metric("rlvitals_actor_weight_version", "gauge", "actor", "minimal", "short",
+           "Age of the network the actor acts with. Healthy: follows rlvitals_learner_network_age closely.",
+           source="policy_age"),
+
+    # ------------------------------------------------------ queues/transport
+    Metric("rlvitals_queue_depth", "gauge", "queue", "minimal", "short",
+           "Rollouts waiting between actors and the learner. Healthy: small and steady; always at capacity "
+           "means the learner is the bottleneck; only growing means the learner stalls.",
+           labels=("queue",), label_values={"queue": ("rollouts",)}),
+    Metric("rlvitals_queue_capacity", "gauge", "queue", "standard", "short",
+           "Capacity of each queue (backpressure limit).", labels=("queue",), label_values={"queue": ("rollouts",)}),
+    Metric("rlvitals_samples_dropped_total", "counter", "queue", "minimal", "short",
+           "Samples discarded before learning, by reason: `stale` (older than the staleness bound) or "
+           "`nonfinite` (NaN or inf in the batch or its update). Healthy: flat; any `nonfinite` needs a look.",
+           labels=("reason",), label_values={"reason": ("stale", "nonfinite")}),
+    Metric("rlvitals_weight_publishes_total", "counter", "queue", "standard", "short",
+           "New network versions published to the actors."),
+    Metric("rlvitals_weight_publish_bytes_total", "counter", "queue", "standard", "bytes",
+           "Bytes of weights published to the actors (one copy per version)."),
+    Metric("rlvitals_actor_restarts_total", "counter", "queue", "minimal", "short",
+           "Actor processes restarted after a crash. Healthy: 0; repeated restarts need the actor's log."),
+
+    # -------------------------------------------------------------- process
+    Metric("rlvitals_process_resident_memory_bytes", "gauge", "process", "minimal", "bytes",
+           "Resident memory of this process. Healthy: flat after warm-up; steady growth is a leak."),
+    Metric("rlvitals_process_cpu_seconds_total", "counter", "process", "standard", "s",
+           "CPU seconds used by this process; rate() is cores busy."),
+    Metric("rlvitals_torch_memory_allocated_bytes", "gauge", "process", "standard", "bytes",
+           "Tensor memory in use on each CUDA device (torch.cuda.memory_allocated).", labels=("device",),
+           hardware=True),
+    Metric("rlvitals_torch_memory_reserved_bytes", "gauge", "process", "standard", "bytes",
+           "Memory torch's caching allocator holds on each CUDA device; allocated << reserved means caching, "
+           "not your tensors, uses the memory.", labels=("device",), hardware=True),
+    Metric("rlvitals_torch_memory_peak_allocated_bytes", "gauge", "process", "standard", "bytes",
+           "Peak tensor memory on each CUDA device since start (torch.cuda.max_memory_allocated).",
+           labels=("device",), hardware=True),
+    Metric("rlvitals_torch_memory_peak_reserved_bytes", "gauge", "process", "standard", "bytes",
+           "Peak memory held by torch's allocator (torch.cuda.max_memory_reserved).", labels=("device",),
+           hardware=True),
+
+    # ------------------------------------------------------------------ gpu
+    Metric("rlvitals_gpu_memory_used_bytes", "gauge", "gpu", "standard", "bytes",
+           "GPU memory in use as NVML reports it (all processes, including CUDA context). This is the figure "
+           "that crashes the run when it reaches the total.", labels=("gpu",), hardware=True),
+    Metric("rlvitals_gpu_memory_total_bytes", "gauge", "gpu", "standard", "bytes",
+           "GPU memory capacity.", labels=("gpu",), hardware=True),
+    Metric("rlvitals_gpu_utilization_ratio", "gauge", "gpu", "standard", "percentunit",
+           "Fraction of time a kernel ran on the GPU. Persistently low on the learner's GPU: profile the "
+           "input pipeline.", labels=("gpu",), hardware=True),
+    Metric("rlvitals_gpu_temperature_celsius", "gauge", "gpu", "standard", "celsius",
+           "GPU core temperature.", labels=("gpu",), hardware=True),
+    Metric("rlvitals_gpu_power_watts", "gauge", "gpu", "standard", "watt",
+           "GPU power draw.", labels=("gpu",), hardware=True),
+    Metric("rlvitals_gpu_fan_ratio", "gauge", "gpu", "standard", "percentunit",
+           "GPU fan speed as a fraction of its maximum (absent on fanless data-centre GPUs).",
+           labels=("gpu",), hardware=True),
+)
+
+BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
+
+
+def metrics_at(level: str) -> list[Metric]:
+    return [m for m in METRICS if m.at(level)]
+
+
+def exposed_names(metric: Metric) -> list[str]:
+    """Sample names as they appear in the exposition format (counters gain no suffix here)."""
+    if metric.kind == "histogram":
+        return [f"{metric.name}_bucket", f"{metric.name}_sum", f"{metric.name}_count"]
+    return [metric.name]

@@ -1,0 +1,100 @@
+"""A process's telemetry endpoint: registry, /metrics server and file_sd discovery file."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import socket
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, start_http_server
+
+from .collectors import CatalogueCollector, SystemCollector
+from .recorder import Recorder
+
+
+def build_registry(recorder: Recorder, extra_labels: dict[str, str] | None = None) -> CollectorRegistry:
+    """A fresh registry holding only rlvitals collectors (no default process/GC collectors)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(CatalogueCollector(recorder, extra_labels))
+    registry.register(SystemCollector(recorder, extra_labels))
+    return registry
+
+
+class ProcessTelemetry:
+    """Recorder + HTTP endpoint + discovery file for one process.
+
+    The HTTP server runs in its own daemon thread (prometheus_client's threaded
+    server), so scrapes never run inside the training loop.
+    """
+
+    def __init__(self, recorder: Recorder, registry: CollectorRegistry, server, thread, url: str,
+                 target_file: Path | None):
+        self.recorder = recorder
+        self.registry = registry
+        self._server, self._thread = server, thread
+        self.url = url
+        self.target_file = target_file
+        self.port = server.server_address[1]
+
+    @classmethod
+    def start(cls, component: str, verbosity: str, host: str = "127.0.0.1", port: int = 0,
+              discovery_dir: str | None = None, run_info: dict | None = None,
+              extra_labels: dict[str, str] | None = None, target_labels: dict[str, str] | None = None
+              ) -> "ProcessTelemetry":
+        recorder = Recorder(verbosity, component)
+        recorder.set_info(**(run_info or {}))
+        registry = build_registry(recorder, extra_labels)
+        server, thread = start_http_server(port, addr=host, registry=registry)
+        bound = server.server_address[1]
+        shown = host if host not in ("0.0.0.0", "::") else socket.gethostname()
+        url = f"http://{shown}:{bound}/metrics"
+        target_file = None
+        if discovery_dir:
+            labels = {"component": component, **(target_labels or {})}
+            if run_info and "run_id" in run_info:
+                labels["run_id"] = run_info["run_id"]
+            target_file = write_target(discovery_dir, f"{component}-{os.getpid()}-{bound}",
+                                       f"{shown}:{bound}", labels)
+        telemetry = cls(recorder, registry, server, thread, url, target_file)
+        atexit.register(telemetry.stop)
+        return telemetry
+
+    # The run loops talk to the recorder through these.
+    @property
+    def wants_value_trace(self) -> bool:
+        return self.recorder.wants_value_trace
+
+    @property
+    def wants_debug(self) -> bool:
+        return self.recorder.wants_debug
+
+    def record_rollout(self, rollout) -> None:
+        self.recorder.record_rollout(rollout)
+
+    def record_learn(self, stats: dict, collected: int | None = None) -> None:
+        self.recorder.record_learn(stats)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self.target_file is not None:
+            try:
+                self.target_file.unlink()
+            except FileNotFoundError:
+                pass
+            self.target_file = None
+
+
+def write_target(directory: str, name: str, address: str, labels: dict[str, str]) -> Path:
+    """Write a Prometheus file_sd target file atomically (Prometheus may read it at any moment)."""
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    target = path / f"{name}.json"
+    tmp = path / f".{name}.json.tmp"
+    tmp.write_text(json.dumps([{"targets": [address], "labels": labels}]))
+    os.replace(tmp, target)
+    return target

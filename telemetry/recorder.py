@@ -1,0 +1,202 @@
+"""Metric state written by the training loop and read by the scrape-time collector.
+
+The loop calls `record_*` once per rollout or batch with host values it
+already has; each call is a few dict writes under a lock. Prometheus objects
+are only built when someone scrapes, in the HTTP server's thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from itertools import product
+
+import numpy as np
+
+from .catalogue import BY_NAME, METRICS, Metric
+
+COMPONENTS = {
+    "local": {"run", "learner", "actor", "queue", "process", "gpu"},
+    "learner": {"run", "learner", "queue", "process"},
+    "actor": {"run", "actor", "process"},
+    "node": {"run", "process", "gpu"},
+}
+
+
+class Histogram:
+    """Cumulative bucket counts kept as numpy arrays; observations arrive pre-binned."""
+
+    def __init__(self, bounds):
+        self.bounds = np.asarray(bounds, dtype=np.float64)
+        self.counts = np.zeros(len(bounds) + 1, dtype=np.float64)  # last: +Inf overflow
+        self.sum = 0.0
+
+    def observe(self, value: float, count: float = 1.0) -> None:
+        self.counts[np.searchsorted(self.bounds, value, side="left")] += count
+        self.sum += value * count
+
+    def add_counts(self, counts, total: float) -> None:
+        self.counts += np.asarray(counts, dtype=np.float64)
+        self.sum += total
+
+
+def _label_sets(metric: Metric, source: str):
+    """(labels tuple, stats key) for every bounded label combination of a metric."""
+    if not metric.labels:
+        return [((), source)]
+    names = metric.labels
+    combos = product(*(metric.label_values[n] for n in names))
+    return [(c, source.format(**dict(zip(names, c)))) for c in combos]
+
+
+class Recorder:
+    """All metric values of one process, keyed by (metric name, label values)."""
+
+    def __init__(self, level: str, component: str = "local", window: int = 100):
+        self.level = level
+        self.component = component
+        self.lock = threading.Lock()
+        self.values: dict[tuple[str, tuple], float] = {}
+        self.histograms: dict[str, Histogram] = {}
+        self.info: dict[str, str] = {}
+        self.returns = deque(maxlen=window)
+        self.lengths = deque(maxlen=window)
+        self.successes = deque(maxlen=window)
+        self.collected = 0.0
+        self.learned = 0.0
+        wanted = COMPONENTS[component]
+        self.metrics = [m for m in METRICS if m.at(level) and m.component in wanted]
+        self.enabled = {m.name for m in self.metrics}
+        self._sources = {m.name: _label_sets(m, m.source) for m in self.metrics if m.source and m.kind != "histogram"}
+        for m in self.metrics:
+            if m.kind == "histogram":
+                self.histograms[m.name] = Histogram(m.buckets)
+            elif m.kind == "counter" and m.label_values and len(m.labels) == 1:
+                for value in m.label_values[m.labels[0]]:
+                    self.values[(m.name, (value,))] = 0.0
+            elif m.kind == "counter":
+                self.values[(m.name, ())] = 0.0
+
+    @property
+    def wants_value_trace(self) -> bool:
+        return "rlvitals_learner_value_trace" in self.enabled
+
+    @property
+    def wants_debug(self) -> bool:
+        return self.level == "debug"
+
+    # ------------------------------------------------------------- writers
+    def _inc(self, name: str, amount: float, labels: tuple = ()) -> None:
+        if name in self.enabled:
+            key = (name, labels)
+            self.values[key] = self.values.get(key, 0.0) + amount
+
+    def _set(self, name: str, value: float, labels: tuple = ()) -> None:
+        if name in self.enabled and value == value:  # NaN: undefined this batch, keep the last value
+            self.values[(name, labels)] = float(value)
+
+    def set_info(self, **labels: str) -> None:
+        self.info = {k: str(v) for k, v in labels.items()}
+
+    def record_rollout(self, rollout) -> None:
+        """Actor-side metrics of one rollout."""
+        ep = rollout.episodes
+        timings = rollout.timings
+        with self.lock:
+            self.collected += rollout.env_steps
+            self._inc("rlvitals_actor_env_steps_total", rollout.env_steps)
+            self._inc("rlvitals_actor_episodes_total", len(ep.returns))
+            self._set("rlvitals_actor_weight_version", rollout.policy_age)
+            for phase in ("env_step", "inference", "weight_wait"):
+                self._inc("rlvitals_actor_phase_seconds_total", timings.get(phase, 0.0), (phase,))
+            if len(ep.returns):
+                self.returns.extend(ep.returns.tolist())
+                self.lengths.extend(ep.lengths.tolist())
+                self.successes.extend(ep.successes.tolist())
+                for name, window in (("rlvitals_actor_episode_return", self.returns),
+                                     ("rlvitals_actor_episode_length", self.lengths)):
+                    arr = np.asarray(window, dtype=np.float64)
+                    for stat, value in (("min", arr.min()), ("max", arr.max()), ("mean", arr.mean()),
+                                        ("std", arr.std())):
+                        self._set(name, value, (stat,))
+                if self.successes:
+                    self._set("rlvitals_actor_solve_ratio", float(np.mean(self.successes)))
+
+    def record_learn(self, stats: dict) -> None:
+        """Learner-side metrics of one batch, from the learner's stats dict.
+
+        Counters add the batch's amount (stats key = catalogue `source`); gauges take
+        the batch's value; NaN (undefined this batch) leaves a gauge at its last value.
+        """
+        with self.lock:
+            self.learned += stats.get("samples_learned", 0.0)
+            stats = dict(stats)
+            if self.collected:
+                stats["training_intensity"] = self.learned / self.collected
+            if "rlvitals_learner_sample_staleness_steps" in self.enabled:
+                self.histograms["rlvitals_learner_sample_staleness_steps"].observe(stats["staleness"],
+                                                                                    stats.get("samples", 0.0))
+            for name, pairs in self._sources.items():
+                metric = BY_NAME[name]
+                if metric.component != "learner":
+                    continue
+                for labels, key in pairs:
+                    if key in stats:
+                        if metric.kind == "counter":
+                            self._inc(name, stats[key], labels)
+                        else:
+                            self._set(name, stats[key], labels)
+            if stats.get("nonfinite"):
+                self._inc("rlvitals_samples_dropped_total", stats.get("samples", 0.0), ("nonfinite",))
+            self._debug(stats)
+
+    def _debug(self, stats: dict) -> None:
+        if not self.wants_debug:
+            return
+        for series, key in (("value", "value_trace"), ("reward", "reward_trace")):
+            for step, value in enumerate(stats.get(key, ())):
+                self._set("rlvitals_learner_value_trace", value, (series, str(step)))
+        for key, value in stats.items():
+            for prefix, name in (("layer_weight_rms/", "rlvitals_learner_layer_weight_rms"),
+                                 ("layer_gradient_rms/", "rlvitals_learner_layer_gradient_rms"),
+                                 ("layer_activation_std/", "rlvitals_learner_layer_activation_std"),
+                                 ("layer_dead_ratio/", "rlvitals_learner_layer_dead_ratio")):
+                if key.startswith(prefix):
+                    self._set(name, value, (key[len(prefix):],))
+        for name, key in (("rlvitals_learner_value_target_distribution", "target_hist"),
+                          ("rlvitals_learner_advantage_distribution", "advantage_hist")):
+            if key in stats:
+                counts, total = stats[key]
+                self.histograms[name].add_counts(counts, total)
+
+    def record_queue(self, depth: int, capacity: int, queue: str = "rollouts") -> None:
+        with self.lock:
+            self._set("rlvitals_queue_depth", depth, (queue,))
+            self._set("rlvitals_queue_capacity", capacity, (queue,))
+
+    def record_dropped(self, reason: str, samples: float) -> None:
+        with self.lock:
+            self._inc("rlvitals_samples_dropped_total", samples, (reason,))
+
+    def record_publish(self, num_bytes: float) -> None:
+        with self.lock:
+            self._inc("rlvitals_weight_publishes_total", 1.0)
+            self._inc("rlvitals_weight_publish_bytes_total", num_bytes)
+
+    def record_restart(self) -> None:
+        with self.lock:
+            self._inc("rlvitals_actor_restarts_total", 1.0)
+
+    def record_phase(self, phase: str, seconds: float) -> None:
+        with self.lock:
+            self._inc("rlvitals_learner_phase_seconds_total", seconds, (phase,))
+
+    def record_age(self, age: int) -> None:
+        with self.lock:
+            self._set("rlvitals_learner_network_age", age)
+
+    # ------------------------------------------------------------- readers
+    def snapshot(self):
+        with self.lock:
+            hist = {k: (h.bounds.copy(), h.counts.copy(), h.sum) for k, h in self.histograms.items()}
+            return dict(self.values), hist, dict(self.info)
