@@ -114,3 +114,48 @@ class GradientNoiseScale:
             self.sqnorm_ema = d * self.sqnorm_ema + (1 - d) * g2
         return torch.where(self.sqnorm_ema > 0, self.trace_ema / self.sqnorm_ema.clamp_min(1e-20),
                            torch.tensor(NAN, device=small_sqnorm.device))
+
+
+def bucket_counts(x: torch.Tensor, mask: torch.Tensor, bounds: torch.Tensor) -> torch.Tensor:
+    """Counts per Prometheus bucket (x <= bound; last entry: above every bound) of x where mask holds."""
+    index = torch.bucketize(x.reshape(-1).float(), bounds, right=False)
+    return torch.bincount(index, weights=mask.reshape(-1).float(), minlength=bounds.numel() + 1)
+
+
+class ActivationProbe:
+    """Forward hooks on activation layers that keep each layer's output for one forward pass."""
+
+    def __init__(self, net: torch.nn.Module, enabled: bool):
+        self.net, self.enabled = net, enabled
+        self.outputs: dict[str, tuple[str, torch.Tensor]] = {}
+        self.handles = []
+
+    def __enter__(self):
+        if self.enabled:
+            for name, module in self.net.named_modules():
+                if isinstance(module, (torch.nn.ReLU, torch.nn.Tanh)):
+                    kind = "relu" if isinstance(module, torch.nn.ReLU) else "tanh"
+                    self.handles.append(module.register_forward_hook(
+                        lambda m, i, o, name=name, kind=kind: self.outputs.__setitem__(name, (kind, o.detach()))))
+        return self
+
+    def __exit__(self, *exc):
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+
+
+def layer_statistics(net: torch.nn.Module, probe: ActivationProbe) -> dict[str, torch.Tensor]:
+    """Per-layer weight and gradient RMS, activation std and dead-unit fraction (debug level)."""
+    out: dict[str, torch.Tensor] = {}
+    for name, module in net.named_modules():
+        if isinstance(module, (torch.nn.Linear, torch.nn.Conv2d)):
+            out[f"layer_weight_rms/{name}"] = module.weight.detach().pow(2).mean().sqrt()
+            if module.weight.grad is not None:
+                out[f"layer_gradient_rms/{name}"] = module.weight.grad.pow(2).mean().sqrt()
+    for name, (kind, act) in probe.outputs.items():
+        units = act.reshape(act.shape[0], -1)
+        out[f"layer_activation_std/{name}"] = units.std(unbiased=False)
+        inactive = units <= 0 if kind == "relu" else units.abs() > 0.99
+        out[f"layer_dead_ratio/{name}"] = inactive.all(0).float().mean()
+    return out

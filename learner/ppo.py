@@ -56,7 +56,7 @@ class PPOLearner:
     """Turns rollouts into optimizer steps; each optimizer step adds one to the network's age."""
 
     def __init__(self, net: nn.Module, settings: PPOSettings, device: torch.device, seed: int = 0,
-                 value_trace: bool = False):
+                 value_trace: bool = False, debug: bool = False, hist_bounds=None):
         self.net = net.to(device)
         self.s = settings
         self.device = device
@@ -64,6 +64,8 @@ class PPOLearner:
         self.generator = torch.Generator().manual_seed(int(seed) + 1)
         self.noise_scale = diag.GradientNoiseScale()
         self.value_trace = value_trace
+        self.debug = debug
+        self.hist_bounds = torch.tensor(hist_bounds or (0.0,), dtype=torch.float32, device=device)
         self.samples_learned = 0
         self.updates = 0
         self.nonfinite_batches = 0
@@ -93,7 +95,8 @@ class PPOLearner:
 
         # Targets from the network as it is when the batch arrives (V-trace corrects staleness).
         with torch.no_grad():
-            params_all, values_all = net(obs.reshape(-1, *obs.shape[2:]))
+            with diag.ActivationProbe(net, enabled=self.debug) as activations:
+                params_all, values_all = net(obs.reshape(-1, *obs.shape[2:]))
             values_all = values_all.reshape(T + 1, N)
             params = params_all.reshape(T + 1, N, -1)[:T]
             log_rhos = net.dist.log_prob(params, actions) - behaviour_logp
@@ -149,14 +152,15 @@ class PPOLearner:
         stats.update({"grad_absmax": grad_absmax, "kl": kl_sum / max(count, 1), "grad_noise_scale": noise,
                       "params_finite": torch.isfinite(after).all().float()})
 
-        names = list(stats)
-        trace = [values[:, 0], rewards[:, 0], valid[:, 0].float()] if self.value_trace else []
-        host = torch.cat([torch.stack([stats[k].float() for k in names])] + trace).tolist()  # one copy
-        out = dict(zip(names, host[: len(names)]))
+        vectors = {}
         if self.value_trace:
-            out["value_trace"] = host[len(names): len(names) + T]
-            out["reward_trace"] = host[len(names) + T: len(names) + 2 * T]
-            out["trace_valid"] = host[len(names) + 2 * T:]
+            vectors.update(value_trace=values[:, 0], reward_trace=rewards[:, 0])
+        if self.debug:
+            vectors.update(target_hist=diag.bucket_counts(targets, valid, self.hist_bounds),
+                           advantage_hist=diag.bucket_counts(advantages, valid, self.hist_bounds))
+            stats.update({"target_hist_sum": (targets * valid).sum(), "advantage_hist_sum": (advantages * valid).sum()})
+            stats.update(diag.layer_statistics(net, activations))
+        out = _to_host(stats, vectors)
         if out["params_finite"] < 1:
             self._restore(before)
         self.samples_learned += count * s.update_epochs
@@ -183,3 +187,19 @@ class PPOLearner:
         torch.nn.utils.vector_to_parameters(flat, self.net.parameters())
         self.optimizer.state.clear()
         self.nonfinite_batches += 1
+
+
+def _to_host(scalars: dict, vectors: dict) -> dict:
+    """Copy every statistic of the batch to the host in one transfer."""
+    names = list(scalars)
+    parts = [torch.stack([scalars[k].float() for k in names])] + [v.float().reshape(-1) for v in vectors.values()]
+    host = torch.cat(parts).tolist()
+    out = dict(zip(names, host[: len(names)]))
+    offset = len(names)
+    for key, v in vectors.items():
+        out[key] = host[offset: offset + v.numel()]
+        offset += v.numel()
+    for key in ("target_hist", "advantage_hist"):
+        if key in out:
+            out[key] = (out[key], out.pop(f"{key}_sum"))
+    return out

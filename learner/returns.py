@@ -14,16 +14,18 @@ from __future__ import annotations
 import torch
 
 
-def _masks(terminated, done, valid):
-    not_terminal = (~terminated).float()
-    carry = (~(done | ~valid)).float() if valid is not None else (~done).float()
-    live = valid.float() if valid is not None else torch.ones_like(not_terminal)
+def _masks(terminated, done, valid, dtype):
+    # Masks take the data's dtype: float32 masks would round gamma to float32
+    # (`gamma * mask`) and silently cost float64 inputs their precision.
+    not_terminal = (~terminated).to(dtype)
+    carry = (~(done | ~valid)).to(dtype) if valid is not None else (~done).to(dtype)
+    live = valid.to(dtype) if valid is not None else torch.ones_like(not_terminal)
     return not_terminal, carry, live
 
 
 def discounted_returns(rewards, next_values, terminated, done, gamma: float, valid=None):
     """Reward-to-go: G_t = r_t + gamma * G_{t+1} within an episode, bootstrapped at cuts."""
-    not_terminal, carry, live = _masks(terminated, done, valid)
+    not_terminal, carry, live = _masks(terminated, done, valid, rewards.dtype)
     returns = torch.zeros_like(rewards)
     following = next_values[-1] * not_terminal[-1]
     for t in reversed(range(rewards.shape[0])):
@@ -36,7 +38,7 @@ def discounted_returns(rewards, next_values, terminated, done, gamma: float, val
 
 def gae(values, next_values, rewards, terminated, done, gamma: float, lam: float, valid=None):
     """Generalised advantage estimation (Schulman et al., 2016)."""
-    not_terminal, carry, live = _masks(terminated, done, valid)
+    not_terminal, carry, live = _masks(terminated, done, valid, rewards.dtype)
     deltas = (rewards + gamma * not_terminal * next_values - values) * live
     advantages = torch.zeros_like(rewards)
     acc = torch.zeros_like(rewards[0])
@@ -57,7 +59,7 @@ def vtrace(values, next_values, rewards, terminated, done, log_rhos, gamma: floa
     multiplies by pi/mu itself: A_s = delta_s + gamma c_s (v_{s+1} - V(x_{s+1})).
     On-policy (log_rhos = 0, clips >= 1) both reduce exactly to GAE(lambda).
     """
-    not_terminal, carry, live = _masks(terminated, done, valid)
+    not_terminal, carry, live = _masks(terminated, done, valid, rewards.dtype)
     rhos = log_rhos.exp()
     clipped_rho = rhos.clamp(max=rho_clip)
     cs = lam * rhos.clamp(max=c_clip)

@@ -39,13 +39,13 @@ class TrainConfig:
     """Action taken by the `fixed` probe agent (discrete action spaces only)."""
     seed: int = 0
     """Seed for torch, numpy and the environments; the same seed reproduces a local run bit for bit on CPU."""
-    total_env_steps: int = 150_000
+    total_env_steps: int = 200_000
     """Agent steps to collect before the run stops (summed over all envs, reset transitions excluded)."""
 
     # --- actors ---
     num_envs: int = 32
     """Environments stepped together by one actor; policy inference is batched over them."""
-    rollout_length: int = 32
+    rollout_length: int = 128
     """Steps each env takes per rollout; one rollout of num_envs x rollout_length samples is one learner batch."""
 
     # --- learner: PPO with V-trace correction ---
@@ -55,11 +55,11 @@ class TrainConfig:
     """Decay the learning rate linearly to zero over total_env_steps."""
     gamma: float = 0.99
     """Discount factor."""
-    gae_lambda: float = 0.9
+    gae_lambda: float = 0.95
     """Lambda of GAE / V-trace: the trade-off between bias (0) and variance (1) of the advantage."""
     update_epochs: int = 4
     """Passes over each batch; every minibatch of every pass is one optimizer step (one network age)."""
-    num_minibatches: int = 4
+    num_minibatches: int = 8
     """Minibatches each batch is split into per epoch."""
     clip_coef: float = 0.2
     """PPO clipping range of the probability ratio."""

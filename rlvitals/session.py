@@ -17,7 +17,7 @@ def run_training(cfg: TrainConfig, argv: list[str]) -> dict:
 
         meta = archive.meta
         telemetry = ProcessTelemetry.start(
-            component="learner", verbosity=cfg.verbosity, host=cfg.metrics_host, port=cfg.metrics_port,
+            component="local" if cfg.mode == "local" else "learner", verbosity=cfg.verbosity, host=cfg.metrics_host, port=cfg.metrics_port,
             discovery_dir=str(archive.path / "discovery"),
             run_info={"run_id": meta["run_id"], "env": cfg.env, "algorithm": cfg.agent,
                       "mode": cfg.mode, "code_version": meta["code_version"]["commit"][:12]})

@@ -58,6 +58,15 @@ def make_agent(cfg: TrainConfig, runner: EnvRunner, net: ActorCritic):
     return net
 
 
+def make_learner(cfg: TrainConfig, net: ActorCritic, device: torch.device, telemetry=None) -> PPOLearner:
+    debug = telemetry is not None and telemetry.wants_debug
+    from rlvitals.telemetry.catalogue import SIGNED_BUCKETS
+
+    return PPOLearner(net, ppo_settings(cfg), device, cfg.seed,
+                      value_trace=telemetry is not None and telemetry.wants_value_trace,
+                      debug=debug, hist_bounds=SIGNED_BUCKETS)
+
+
 def ppo_settings(cfg: TrainConfig) -> PPOSettings:
     return PPOSettings(**{f: getattr(cfg, f) for f in PPOSettings.__dataclass_fields__})
 
@@ -134,8 +143,7 @@ def train_local(cfg: TrainConfig, archive: RunArchive, telemetry=None, stop=None
     net = make_network(cfg, runner.obs_space, runner.action_space)
     learner = None
     if cfg.agent == "ppo":
-        learner = PPOLearner(net, ppo_settings(cfg), device, cfg.seed,
-                             value_trace=telemetry is not None and telemetry.wants_value_trace)
+        learner = make_learner(cfg, net, device, telemetry)
     agent = make_agent(cfg, runner, net)
     if learner is not None and device.type != "cpu":
         agent = DevicePolicy(net, device)
@@ -145,10 +153,15 @@ def train_local(cfg: TrainConfig, archive: RunArchive, telemetry=None, stop=None
     stats: dict = {}
     try:
         while not tracker.done() and not (stop is not None and stop()):
+            t_collect = time.perf_counter()
             rollout = runner.collect(agent, cfg.rollout_length)
             tracker.add_rollout(rollout)
             if telemetry is not None:
+                # One process: the learner's "wait for data" is the actor's collection, and the
+                # hand-off "queue" holds at most the one rollout being learned from.
                 telemetry.record_rollout(rollout)
+                telemetry.recorder.record_phase("wait", time.perf_counter() - t_collect)
+                telemetry.recorder.record_queue(0, 1)
             if learner is not None:
                 if cfg.anneal_lr:
                     learner.set_learning_rate(cfg.learning_rate * max(0.0, 1 - tracker.env_steps / cfg.total_env_steps))

@@ -257,5 +257,7 @@ def metrics_at(level: str) -> list[Metric]:
 def exposed_names(metric: Metric) -> list[str]:
     """Sample names as they appear in the exposition format (counters gain no suffix here)."""
     if metric.kind == "histogram":
+        if min(metric.buckets) < 0:  # OpenMetrics: no _sum (nor _count) with negative buckets
+            return [f"{metric.name}_bucket"]
         return [f"{metric.name}_bucket", f"{metric.name}_sum", f"{metric.name}_count"]
     return [metric.name]
