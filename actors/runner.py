@@ -37,12 +37,16 @@ class EnvRunner:
             self._low, self._high = self.action_space.low, self.action_space.high
         self.obs_shape = self._obs_shape(self.obs_space)
         self.obs_dtype = np.float32 if not isinstance(self.obs_space, gym.spaces.Box) or self.obs_space.dtype != np.uint8 else np.uint8
-        obs, _ = self.env.reset(seed=self.seed)
+        self.steps_taken = 0
+        try:
+            obs, _ = self.env.reset(seed=self.seed)
+        except Exception as exc:
+            raise EnvStepError(f"env {self.env_id!r} (seed {self.seed}) raised {type(exc).__name__} at "
+                               f"reset (step 0): {exc}") from exc
         self.obs = self._as_obs(obs)
         self.prev_done = np.zeros(num_envs, dtype=bool)
         self.episode_return = np.zeros(num_envs, dtype=np.float64)
         self.episode_length = np.zeros(num_envs, dtype=np.int64)
-        self.steps_taken = 0
 
     @staticmethod
     def _obs_shape(space: gym.Space) -> tuple[int, ...]:
@@ -93,10 +97,14 @@ class EnvRunner:
             except Exception as exc:
                 raise EnvStepError(f"env {self.env_id!r} (seed {self.seed}) raised {type(exc).__name__} at "
                                    f"step {self.steps_taken}: {exc}") from exc
+            if not np.isfinite(reward).all():  # a None reward arrives here as NaN
+                raise EnvStepError(f"env {self.env_id!r} (seed {self.seed}) returned reward "
+                                   f"{reward[~np.isfinite(reward)][0]} at step {self.steps_taken}; "
+                                   "expected a finite number")
             step_s += time.perf_counter() - t1
             inference_s += t1 - t0
-            self.steps_taken += 1
             self.obs = self._as_obs(obs)
+            self.steps_taken += 1
             rewards[t], terminated[t], truncated[t] = reward, term, trunc
 
             live = valid[t]

@@ -111,13 +111,13 @@ def preflight(cfg: TrainConfig) -> None:
         check_writable(cfg.run_dir)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    if cfg.metrics_port and cfg.verbosity != "off":
+    if cfg.metrics_port and cfg.verbosity != "off" and cfg.metrics_host != "node":
         with socket.socket() as sock:
             try:
                 sock.bind((cfg.metrics_host, cfg.metrics_port))
             except OSError:
-                raise ValueError(f"metrics_port={cfg.metrics_port} is invalid: it is in use on "
-                                 f"{cfg.metrics_host}; expected a free port or 0") from None
+                raise ConfigError(f"metrics_port={cfg.metrics_port} is invalid: it is in use on "
+                                  f"{cfg.metrics_host}; expected a free port or 0") from None
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -150,7 +150,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_runs(args: argparse.Namespace) -> int:
     from .runs import list_runs
 
-    print(list_runs(args.directory, sort=args.sort, filters=args.filter, top=args.top, as_json=args.json))
+    try:
+        table = list_runs(args.directory, sort=args.sort, filters=args.filter, top=args.top, as_json=args.json)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(table)
     return 0
 
 

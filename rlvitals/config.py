@@ -48,6 +48,24 @@ class TrainConfig:
     rollout_length: int = 128
     """Steps each env takes per rollout; one rollout of num_envs x rollout_length samples is one learner batch."""
 
+    # --- Ray mode ---
+    address: str = ""
+    """Ray cluster to join: empty starts a private Ray on this machine (loopback only); `auto` or host:port joins one."""
+    num_actors: int = 0
+    """Ray actors stepping envs; 0 means one per CPU of the cluster, less one for the learner (at least 1)."""
+    actor_cpus: float = 1.0
+    """CPUs reserved per Ray actor."""
+    actor_gpus: float = 0.0
+    """GPUs reserved per Ray actor (for GPU envs or GPU inference)."""
+    sync: bool = False
+    """Ray mode: every round, all actors act with the newest weights and the learner waits for all of them."""
+    rollouts_in_flight: int = 2
+    """Ray mode: rollouts requested ahead per actor, so actors never idle while the learner learns."""
+    max_staleness: int = 1000
+    """Ray mode: rollouts whose network is more than this many learner steps old are dropped (counted as `stale`)."""
+    startup_timeout_seconds: float = 60.0
+    """Ray mode: how long actors may take to start before the run stops with what was asked and what exists."""
+
     # --- learner: PPO with V-trace correction ---
     learning_rate: float = 2.5e-3
     """Adam learning rate."""
@@ -88,7 +106,7 @@ class TrainConfig:
     metrics_port: int = 0
     """Port of this process's /metrics endpoint; 0 picks a free one."""
     metrics_host: str = "127.0.0.1"
-    """Address the /metrics endpoint binds to; loopback unless you mean to expose it."""
+    """Address the /metrics endpoints bind to: loopback unless you mean to expose them; `node` binds each process to its node's IP (for Prometheus on a cluster head)."""
     run_dir: str = ""
     """Directory of this run's archive; empty means runs/<env>-<time>-s<seed>."""
     log_interval_seconds: float = 0.5
@@ -130,11 +148,19 @@ class TrainConfig:
         _choice("verbosity", self.verbosity, VERBOSITY_LEVELS)
         _choice("device", self.device, DEVICES)
         for name in ("total_env_steps", "num_envs", "rollout_length", "update_epochs",
-                     "num_minibatches", "torch_threads", "checkpoint_interval", "log_every_updates"):
+                     "num_minibatches", "torch_threads", "checkpoint_interval", "log_every_updates",
+                     "rollouts_in_flight", "max_staleness"):
             _positive_int(name, getattr(self, name))
         for name in ("learning_rate", "clip_coef", "max_grad_norm", "vtrace_rho_clip",
                      "vtrace_c_clip", "log_interval_seconds"):
             _positive_float(name, getattr(self, name))
+        if isinstance(self.num_actors, bool) or not isinstance(self.num_actors, int) or self.num_actors < 0:
+            raise ConfigError(f"num_actors={self.num_actors!r} is invalid: expected an integer >= 0 (0: one per CPU)")
+        for name in ("actor_cpus", "actor_gpus"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"{name}={value!r} is invalid: expected a finite number >= 0")
+        _positive_float("startup_timeout_seconds", self.startup_timeout_seconds)
         for name in ("value_coef", "entropy_coef"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):

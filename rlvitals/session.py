@@ -16,8 +16,14 @@ def run_training(cfg: TrainConfig, argv: list[str]) -> dict:
         from rlvitals.telemetry.process import ProcessTelemetry
 
         meta = archive.meta
+        host = cfg.metrics_host
+        if host == "node":  # the address other machines reach this one at
+            import socket
+
+            host = socket.gethostbyname(socket.gethostname())
         telemetry = ProcessTelemetry.start(
-            component="local" if cfg.mode == "local" else "learner", verbosity=cfg.verbosity, host=cfg.metrics_host, port=cfg.metrics_port,
+            component="local" if cfg.mode == "local" else "learner", verbosity=cfg.verbosity, host=host,
+            port=cfg.metrics_port,
             discovery_dir=str(archive.path / "discovery"),
             run_info={"run_id": meta["run_id"], "env": cfg.env, "algorithm": cfg.agent,
                       "mode": cfg.mode, "code_version": meta["code_version"]["commit"][:12]})

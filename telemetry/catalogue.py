@@ -229,6 +229,15 @@ METRICS: tuple[Metric, ...] = (
            "Peak memory held by torch's allocator (torch.cuda.max_memory_reserved).", labels=("device",),
            hardware=True),
 
+    # ----------------------------------------------------------------- node
+    Metric("rlvitals_node_memory_used_bytes", "gauge", "node", "minimal", "bytes",
+           "Memory in use on the whole machine (total minus available). Healthy: well below "
+           "rlvitals_node_memory_total_bytes; approaching it, the OS will start killing actors."),
+    Metric("rlvitals_node_memory_total_bytes", "gauge", "node", "minimal", "bytes", "Memory of the machine."),
+    Metric("rlvitals_node_cpu_utilization_ratio", "gauge", "node", "standard", "percentunit",
+           "Fraction of the machine's CPU time in use since the previous scrape. Near 1 with low actor "
+           "throughput: something else competes for the cores."),
+
     # ------------------------------------------------------------------ gpu
     Metric("rlvitals_gpu_memory_used_bytes", "gauge", "gpu", "standard", "bytes",
            "GPU memory in use as NVML reports it (all processes, including CUDA context). This is the figure "

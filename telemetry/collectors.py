@@ -41,7 +41,7 @@ class CatalogueCollector:
             by_metric.setdefault(name, []).append((labels, value))
         ex_names, ex_values = list(self.extra), list(self.extra.values())
         for metric in self.recorder.metrics:
-            if metric.hardware or metric.component == "process":
+            if metric.hardware or metric.component in ("process", "node"):
                 continue  # SystemCollector reads these at scrape time
             if metric.kind == "info":
                 fam = _family(metric)
@@ -98,6 +98,20 @@ class SystemCollector:
             t = self.process.cpu_times()
             fam = _family(m, ex_names)
             fam.add_metric(ex_values, float(t.user + t.system))
+            yield fam
+        m = self._wanted("rlvitals_node_memory_used_bytes")
+        if m:
+            vm = psutil.virtual_memory()
+            fam = _family(m, ex_names)
+            fam.add_metric(ex_values, float(vm.total - vm.available))
+            yield fam
+            total = _family(BY_NAME["rlvitals_node_memory_total_bytes"], ex_names)
+            total.add_metric(ex_values, float(vm.total))
+            yield total
+        m = self._wanted("rlvitals_node_cpu_utilization_ratio")
+        if m:
+            fam = _family(m, ex_names)
+            fam.add_metric(ex_values, psutil.cpu_percent(interval=None) / 100.0)
             yield fam
         yield from self._torch(ex_names, ex_values)
         yield from self._gpu(ex_names, ex_values)

@@ -16,10 +16,10 @@ import numpy as np
 from .catalogue import BY_NAME, METRICS, Metric
 
 COMPONENTS = {
-    "local": {"run", "learner", "actor", "queue", "process", "gpu"},
+    "local": {"run", "learner", "actor", "queue", "process", "node", "gpu"},
     "learner": {"run", "learner", "queue", "process"},
     "actor": {"run", "actor", "process"},
-    "node": {"run", "process", "gpu"},
+    "node": {"run", "process", "node", "gpu"},
 }
 
 

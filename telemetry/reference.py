@@ -6,7 +6,7 @@
 Everything on the page is derived from `catalogue.METRICS` and the recorder's
 component map, including the series counts per process, so the page cannot
 drift from what the exporters serve. The documented per-process series budget
-(ACTOR_SERIES, LEARNER_SERIES, LOCAL_SERIES) is written out below by hand on
+(ACTOR_SERIES, LEARNER_SERIES, LOCAL_SERIES, NODE_SERIES) is written out below by hand on
 purpose: the tests check that the catalogue still produces these numbers and
 that a real registry serves exactly that many series, so adding a series to a
 process is a deliberate, reviewed change.
@@ -48,7 +48,7 @@ SCALES_WITH = {
 }
 UNIT_OF_LABEL = {"device": "CUDA device", "gpu": "GPU", "layer": "network layer", "step": "rollout step"}
 # The default run (CartPole-v1, hidden_sizes 64,64, rollout_length 32), checked by the tests.
-DEFAULT_RUN_SCALE = {"linear layer": 6, "activation layer": 4, "rollout step": 32}
+DEFAULT_RUN_SCALE = {"linear layer": 6, "activation layer": 4, "rollout step": 128}
 
 # Documented series budget per process, without GPUs and without the debug-only
 # per-layer and per-rollout-step series (see `process_series`). Every optional
@@ -56,13 +56,15 @@ DEFAULT_RUN_SCALE = {"linear layer": 6, "activation layer": 4, "rollout step": 3
 # most this many; an actor or learner must stay within 30 at minimal.
 ACTOR_SERIES = {"off": 0, "minimal": 13, "standard": 18, "debug": 18}
 LEARNER_SERIES = {"off": 0, "minimal": 9, "standard": 67, "debug": 111}
-LOCAL_SERIES = {"off": 0, "minimal": 20, "standard": 82, "debug": 126}
-DOCUMENTED_SERIES = {"actor": ACTOR_SERIES, "learner": LEARNER_SERIES, "local": LOCAL_SERIES}
+LOCAL_SERIES = {"off": 0, "minimal": 22, "standard": 85, "debug": 129}
+NODE_SERIES = {"off": 0, "minimal": 4, "standard": 6, "debug": 6}
+DOCUMENTED_SERIES = {"actor": ACTOR_SERIES, "learner": LEARNER_SERIES, "local": LOCAL_SERIES, "node": NODE_SERIES}
 
 PROCESSES = {
     "actor": "an actor process (Ray mode): steps envs and ships rollouts",
     "learner": "the learner process (Ray mode): trains and publishes weights",
     "local": "a local run (`--mode local`, the default): actor and learner in one process",
+    "node": "the per-machine exporter (Ray mode): machine and GPU readings",
 }
 
 LEVEL_TEXT = {
@@ -98,6 +100,8 @@ COMPONENT_TEXT = {
     "queue": ("Queues and transport", "Between the actors and the learner: queued rollouts, dropped "
                                       "samples, weight broadcasts, actor restarts."),
     "process": ("Process", "Resources of each exporting process, read when it is scraped."),
+    "node": ("Node", "Readings of the whole machine, read when scraped: what competes with the run for "
+                     "memory and cores."),
     "gpu": ("GPU", "NVML readings per GPU, read when scraped. Processes on a machine without a GPU or "
                    "without NVML declare these families with no samples."),
 }
@@ -164,7 +168,12 @@ def _levels_from(level: str) -> str:
 
 
 def _processes_of(component: str) -> list[str]:
-    return [p for p in PROCESSES if component in COMPONENTS[p]]
+    return [p for p in COMPONENTS if component in COMPONENTS[p]]
+
+
+def components() -> list[str]:
+    """Every component of the catalogue, in catalogue order."""
+    return list(dict.fromkeys(m.component for m in METRICS))
 
 
 def _labels_text(metric: Metric) -> str:
@@ -197,7 +206,8 @@ def _series_text(metric: Metric) -> str:
 
 def _series_table() -> list[str]:
     lines = ["| process | " + " | ".join(LEVELS) + " |", "|---|" + "---:|" * len(LEVELS)]
-    for component, what in PROCESSES.items():
+    for component in COMPONENTS:
+        what = PROCESSES.get(component, f"a {component} process")
         cells = []
         for level in LEVELS:
             fixed, per = process_series(component, level)
@@ -205,10 +215,10 @@ def _series_table() -> list[str]:
             cells.append(str(fixed) + "".join(f" + {e}" for e in extra))
         lines.append(f"| {component}: {what} | " + " | ".join(cells) + " |")
     scale = ", ".join(f"{n} {unit}s" for unit, n in DEFAULT_RUN_SCALE.items())
-    defaults = "; ".join(f"{component} {default_run_series(component, 'debug')}" for component in PROCESSES)
+    defaults = "; ".join(f"{component} {default_run_series(component, 'debug')}" for component in COMPONENTS)
     lines += ["", "Per CUDA device: only in processes that use CUDA (torch memory). Per GPU: NVML readings "
               "of every GPU of the machine. Per linear layer, activation layer and rollout step: debug only "
-              f"(the default run, CartPole-v1 with `hidden_sizes` 64,64 and `rollout_length` 32, has {scale}, "
+              f"(the default run, CartPole-v1 with its default `hidden_sizes` and `rollout_length`, has {scale}, "
               f"so at debug without a GPU: {defaults})."]
     return lines
 
@@ -297,13 +307,12 @@ def render() -> str:
         "| metric | type | level | unit |",
         "|---|---|---|---|",
     ]
-    for component in COMPONENT_TEXT:
+    for component in components():
         for m in (m for m in METRICS if m.component == component):
             out.append(f"| [`{m.name}`](#{m.name}) | {m.kind} | {m.level} | {m.unit} |")
-    for component, (title, text) in COMPONENT_TEXT.items():
+    for component in components():
+        title, text = COMPONENT_TEXT.get(component, (component.capitalize(), ""))
         members = [m for m in METRICS if m.component == component]
-        if not members:
-            continue
         processes = ", ".join(_processes_of(component))
         out += ["", f"## {title}", "", text, "", f"Exported by: {processes}.", ""]
         for metric in members:

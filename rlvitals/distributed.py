@@ -1,0 +1,370 @@
+"""Ray mode: the same runner, network and learner as local mode, spread over a Ray cluster.
+
+The driver process is the learner (on the GPU when there is one): it never
+asks Ray for a CPU, so it cannot wait for one that the actors hold. Actors
+are Ray actors that Ray restarts when they die; each keeps up to
+`rollouts_in_flight` rollouts requested ahead, so it only idles when the
+learner falls that far behind (backpressure, not unbounded memory). New
+weights go into the object store once per version; every actor gets the
+same reference. One sidecar per node exports host and GPU vitals.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import asdict
+
+import torch
+
+from rlvitals.actors.envs import env_seed, make_vector_env
+from rlvitals.actors.rollout import EpisodeStats, Rollout
+from rlvitals.telemetry.process import write_target
+
+from .archive import RunArchive
+from .config import ConfigError, TrainConfig
+from .training import (RunTracker, _row, clean_row, make_learner, make_network, resolve_device,
+                       save_checkpoint, seed_everything)
+
+log = logging.getLogger("rlvitals.ray")
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def start_ray(cfg: TrainConfig) -> bool:
+    """Join the cluster the config names, or start a private one on loopback. True if we started it."""
+    if not cfg.address and not os.environ.get("RAY_ADDRESS"):
+        # Ray binds its servers to the machine's public address unless it believes it runs
+        # on a single-node platform; this (documented) switch makes a private instance bind
+        # to 127.0.0.1 only. It must be set before Ray is imported.
+        os.environ.setdefault(LOOPBACK_ENV, "0")
+    import ray
+
+    if ray.is_initialized():
+        return False
+    quiet = {"configure_logging": False, "log_to_driver": True, "include_dashboard": False}
+    if cfg.address or os.environ.get("RAY_ADDRESS"):
+        ray.init(address=cfg.address or os.environ["RAY_ADDRESS"], **quiet)
+        return False
+    ray.init(address="local", num_cpus=os.cpu_count(), **quiet)
+    return True
+
+
+def seed_for_actor(seed: int, actor_id: int) -> int:
+    """Actor 0 samples with the same generator seed as local mode, so a 1-actor sync run replays it."""
+    return seed + 7919 * actor_id
+
+
+class RolloutWorker:
+    """Body of a Ray actor: an env runner plus a CPU copy of the network, and its own telemetry."""
+
+    def __init__(self, cfg_dict: dict, actor_id: int, run_info: dict):
+        import ray
+
+        from rlvitals.actors.runner import EnvRunner
+        from rlvitals.telemetry.process import ProcessTelemetry
+
+        from .training import make_agent
+
+        cfg = TrainConfig(**{**cfg_dict, "hidden_sizes": tuple(cfg_dict["hidden_sizes"])})
+        seed_everything(seed_for_actor(cfg.seed, actor_id), cfg.torch_threads)
+        self.cfg, self.actor_id = cfg, actor_id
+        self.runner = EnvRunner(cfg.env, cfg.num_envs, env_seed(cfg.seed, actor_id), actor_id)
+        self.net = make_network(cfg, self.runner.obs_space, self.runner.action_space)
+        self.net.seed(seed_for_actor(cfg.seed, actor_id))
+        self.agent = make_agent(cfg, self.runner, self.net)
+        self.version = -1
+        self.node_ip = ray.util.get_node_ip_address()
+        host = self.node_ip if cfg.metrics_host == "node" else cfg.metrics_host
+        self.telemetry = None
+        if cfg.verbosity != "off":
+            extra = {"actor": str(actor_id)} if cfg.verbosity == "debug" else None
+            self.telemetry = ProcessTelemetry.start("actor", cfg.verbosity, host=host, port=0,
+                                                    run_info=run_info, extra_labels=extra)
+
+    def endpoint(self) -> dict:
+        address = None
+        if self.telemetry is not None:
+            address = self.telemetry.url.split("//", 1)[1].rsplit("/", 1)[0]
+        return {"actor_id": self.actor_id, "address": address, "pid": os.getpid(), "node": self.node_ip}
+
+    def collect(self, weights: list | None, version: int) -> Rollout:
+        import ray
+
+        t0 = time.perf_counter()
+        if weights and version != self.version:
+            self.net.load_state_dict(ray.get(weights[0]))
+            self.version = version
+        waited = time.perf_counter() - t0
+        rollout = self.runner.collect(self.agent, self.cfg.rollout_length)
+        rollout.timings["weight_wait"] = waited
+        if self.telemetry is not None:
+            self.telemetry.record_rollout(rollout)
+        return rollout
+
+    def crash(self) -> None:
+        """For fault-injection tests: end this process as a kill -9 would."""
+        os._exit(1)
+
+
+class NodeSidecar:
+    """One per node: exports the node's host and GPU vitals."""
+
+    def __init__(self, verbosity: str, metrics_host: str, run_info: dict):
+        import ray
+
+        from rlvitals.telemetry.process import ProcessTelemetry
+
+        self.node_ip = ray.util.get_node_ip_address()
+        host = self.node_ip if metrics_host == "node" else metrics_host
+        self.telemetry = ProcessTelemetry.start("node", verbosity, host=host, port=0, run_info=run_info)
+
+    def endpoint(self) -> dict:
+        return {"address": self.telemetry.url.split("//", 1)[1].rsplit("/", 1)[0], "node": self.node_ip,
+                "pid": os.getpid()}
+
+
+def concat_rollouts(rollouts: list[Rollout]) -> Rollout:
+    """Rollouts of the same length side by side, as one batch of all their envs."""
+    if len(rollouts) == 1:
+        return rollouts[0]
+    cat = lambda name: torch.cat([getattr(r, name) for r in rollouts], dim=1)  # noqa: E731
+    eps = [r.episodes for r in rollouts]
+    import numpy as np
+
+    return Rollout(
+        obs=cat("obs"), actions=cat("actions"), rewards=cat("rewards"), terminated=cat("terminated"),
+        truncated=cat("truncated"), valid=cat("valid"), behaviour_params=cat("behaviour_params"),
+        behaviour_logp=cat("behaviour_logp"), policy_age=min(r.policy_age for r in rollouts),
+        episodes=EpisodeStats(np.concatenate([e.returns for e in eps]), np.concatenate([e.lengths for e in eps]),
+                              np.concatenate([e.successes for e in eps])),
+        timings={}, valid_count=sum(r.valid_count for r in rollouts))
+
+
+class Cluster:
+    """The actors and sidecars of one run, their endpoints, and their restarts."""
+
+    def __init__(self, cfg: TrainConfig, archive: RunArchive, telemetry, run_info: dict):
+        import ray
+
+        self.ray = ray
+        self.cfg = cfg
+        self.telemetry = telemetry
+        self.discovery = archive.path / "discovery"
+        self.run_info = run_info
+        resources = ray.cluster_resources()
+        cpus, gpus = resources.get("CPU", 0.0), resources.get("GPU", 0.0)
+        self.num_actors = cfg.num_actors or max(1, int(cpus) - 1)
+        want_cpu, want_gpu = self.num_actors * cfg.actor_cpus, self.num_actors * cfg.actor_gpus
+        if want_cpu > cpus + 1e-9 or want_gpu > gpus + 1e-9:
+            raise ConfigError(
+                f"num_actors={self.num_actors} x actor_cpus={cfg.actor_cpus} x actor_gpus={cfg.actor_gpus} asks "
+                f"for {want_cpu:g} CPUs and {want_gpu:g} GPUs; the Ray cluster has {cpus:g} CPUs and {gpus:g} GPUs")
+        worker_cls = ray.remote(RolloutWorker).options(
+            num_cpus=cfg.actor_cpus, num_gpus=cfg.actor_gpus, max_restarts=-1, max_task_retries=0)
+        cfg_dict = asdict(cfg)
+        self.actors = [worker_cls.remote(cfg_dict, i, run_info) for i in range(self.num_actors)]
+        self.sidecars = []
+        if cfg.verbosity != "off":
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            sidecar_cls = ray.remote(NodeSidecar)
+            for node in ray.nodes():
+                if node.get("Alive"):
+                    strategy = NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False)
+                    self.sidecars.append(sidecar_cls.options(num_cpus=0, scheduling_strategy=strategy)
+                                         .remote(cfg.verbosity, cfg.metrics_host, run_info))
+        self.pids: dict[int, int] = {}
+        self.pending_endpoints: dict = {}
+        self._wait_until_started()
+
+    def _wait_until_started(self) -> None:
+        refs = [a.endpoint.remote() for a in self.actors] + [s.endpoint.remote() for s in self.sidecars]
+        ready, pending = self.ray.wait(refs, num_returns=len(refs), timeout=self.cfg.startup_timeout_seconds)
+        if pending:
+            free = self.ray.available_resources()
+            raise ConfigError(
+                f"{len(pending)} of {len(refs)} Ray actors did not start within startup_timeout_seconds="
+                f"{self.cfg.startup_timeout_seconds:g}; asked for {self.num_actors} actors x "
+                f"{self.cfg.actor_cpus:g} CPU, free now: {free.get('CPU', 0):g} CPUs, {free.get('GPU', 0):g} GPUs")
+        for info in self.ray.get(refs[: len(self.actors)]):  # raises if an actor failed in __init__
+            self._note_actor(info)
+        for i, info in enumerate(self.ray.get(refs[len(self.actors):])):
+            self._write(f"node-{i}", info["address"], {"component": "node", "node": info["node"]})
+
+    def _write(self, name: str, address: str | None, labels: dict) -> None:
+        if address is not None and self.cfg.verbosity != "off":
+            write_target(str(self.discovery), name, address, {**labels, "run_id": self.run_info["run_id"]})
+
+    def _note_actor(self, info: dict) -> None:
+        i = info["actor_id"]
+        previous = self.pids.get(i)
+        if previous is not None and previous != info["pid"]:
+            if self.telemetry is not None:
+                self.telemetry.recorder.record_restart()
+            log.warning("actor %d restarted (pid %d -> %d)", i, previous, info["pid"])
+        self.pids[i] = info["pid"]
+        self._write(f"actor-{i}", info["address"], {"component": "actor", "node": info["node"]})
+
+    def actor_failed(self, i: int, error: Exception) -> None:
+        """Log the cause and ask for the restarted actor's endpoint (Ray restarts it)."""
+        log.warning("actor %d failed: %s", i, str(error).strip().splitlines()[-1][:300] if str(error) else error)
+        if isinstance(error, self.ray.exceptions.RayTaskError) and not isinstance(
+                error, self.ray.exceptions.RayActorError):
+            # The env raised: its state cannot be trusted, so restart the actor process.
+            self.ray.kill(self.actors[i], no_restart=False)
+        self.pending_endpoints[self.actors[i].endpoint.remote()] = i
+
+    def poll_endpoints(self) -> None:
+        if not self.pending_endpoints:
+            return
+        ready, _ = self.ray.wait(list(self.pending_endpoints), num_returns=len(self.pending_endpoints), timeout=0)
+        for ref in ready:
+            i = self.pending_endpoints.pop(ref)
+            try:
+                self._note_actor(self.ray.get(ref))
+            except self.ray.exceptions.RayError:
+                self.pending_endpoints[self.actors[i].endpoint.remote()] = i
+
+    def shutdown(self) -> None:
+        for handle in self.actors + self.sidecars:
+            try:
+                self.ray.kill(handle, no_restart=True)
+            except Exception:
+                pass
+        for path in self.discovery.glob("actor-*.json"):
+            path.unlink(missing_ok=True)
+        for path in self.discovery.glob("node-*.json"):
+            path.unlink(missing_ok=True)
+
+
+def _publish(ray, net, telemetry) -> tuple[list, int]:
+    t0 = time.perf_counter()
+    state = {k: v.detach().cpu() for k, v in net.state_dict().items()}
+    ref = ray.put(state)
+    if telemetry is not None:
+        telemetry.recorder.record_publish(sum(v.numel() * v.element_size() for v in state.values()))
+        telemetry.recorder.record_phase("publish", time.perf_counter() - t0)
+    return [ref], net.age
+
+
+def train_ray(cfg: TrainConfig, archive: RunArchive, telemetry=None, stop=None) -> dict:
+    started_ray = start_ray(cfg)
+    import ray
+
+    cluster = None
+    try:
+        seed_everything(cfg.seed, cfg.torch_threads)
+        device = resolve_device(cfg)
+        probe_env = make_vector_env(cfg.env, 1)
+        net = make_network(cfg, probe_env.single_observation_space, probe_env.single_action_space)
+        probe_env.close()
+        learner = make_learner(cfg, net, device, telemetry) if cfg.agent == "ppo" else None
+        meta = archive.meta
+        run_info = {"run_id": meta["run_id"], "env": cfg.env, "algorithm": cfg.agent, "mode": "ray",
+                    "code_version": meta["code_version"]["commit"][:12]}
+        cluster = Cluster(cfg, archive, telemetry, run_info)
+        tracker = RunTracker(cfg.total_env_steps, cfg.return_threshold)
+        loop = _sync_loop if cfg.sync else _async_loop
+        stats = loop(cfg, ray, cluster, net, learner, tracker, archive, telemetry, stop)
+    finally:
+        if cluster is not None:
+            cluster.shutdown()
+        if started_ray:
+            ray.shutdown()
+    if learner is not None:
+        save_checkpoint(archive, cfg, net, learner, tracker)
+    archive.append_metrics(clean_row(_row(tracker, net, stats)))
+    summary = {**tracker.summary(net.age, cfg.agent), "mode": "ray", "num_actors": cluster.num_actors,
+               "sync": cfg.sync}
+    archive.write_summary(summary)
+    return summary
+
+
+def _learn(cfg, learner, rollout, tracker, telemetry) -> dict:
+    if learner is None:
+        return {}
+    if cfg.anneal_lr:
+        learner.set_learning_rate(cfg.learning_rate * max(0.0, 1 - tracker.env_steps / cfg.total_env_steps))
+    stats = learner.learn(rollout)
+    if telemetry is not None:
+        telemetry.record_learn(stats)
+        telemetry.recorder.record_age(learner.net.age)
+    return stats
+
+
+def _after_update(cfg, tracker, net, learner, archive, stats) -> None:
+    tracker.updates += 1
+    if tracker.updates % cfg.log_every_updates == 0:
+        archive.append_metrics(clean_row(_row(tracker, net, stats)))
+    steps_per_update = cfg.update_epochs * cfg.num_minibatches
+    if learner is not None and tracker.updates % max(1, cfg.checkpoint_interval // steps_per_update) == 0:
+        save_checkpoint(archive, cfg, net, learner, tracker)
+
+
+def _sync_loop(cfg, ray, cluster, net, learner, tracker, archive, telemetry, stop) -> dict:
+    """All actors act with the newest weights; the learner waits for every one of them."""
+    weights, version = _publish(ray, net, telemetry)
+    stats: dict = {}
+    while not tracker.done() and not (stop is not None and stop()):
+        t0 = time.perf_counter()
+        refs = {a.collect.remote(weights, version): i for i, a in enumerate(cluster.actors)}
+        rollouts: dict[int, Rollout] = {}
+        while refs:
+            ready, _ = ray.wait(list(refs), num_returns=1)
+            i = refs.pop(ready[0])
+            try:
+                rollouts[i] = ray.get(ready[0])
+            except ray.exceptions.RayError as exc:
+                cluster.actor_failed(i, exc)
+                refs[cluster.actors[i].collect.remote(weights, version)] = i
+        cluster.poll_endpoints()
+        batch = concat_rollouts([rollouts[i] for i in sorted(rollouts)])
+        tracker.add_rollout(batch)
+        if telemetry is not None:
+            telemetry.recorder.record_phase("wait", time.perf_counter() - t0)
+            telemetry.recorder.record_queue(0, len(cluster.actors))
+        stats = _learn(cfg, learner, batch, tracker, telemetry)
+        weights, version = _publish(ray, net, telemetry)
+        _after_update(cfg, tracker, net, learner, archive, stats)
+    return stats
+
+
+def _async_loop(cfg, ray, cluster, net, learner, tracker, archive, telemetry, stop) -> dict:
+    """Learn from whichever rollout arrives first; keep every actor `rollouts_in_flight` ahead."""
+    weights, version = _publish(ray, net, telemetry)
+    in_flight: dict = {}
+    for _ in range(cfg.rollouts_in_flight):
+        for i, actor in enumerate(cluster.actors):
+            in_flight[actor.collect.remote(weights, version)] = i
+    capacity = len(cluster.actors) * cfg.rollouts_in_flight
+    stats: dict = {}
+    while not tracker.done() and not (stop is not None and stop()):
+        t0 = time.perf_counter()
+        ready, _ = ray.wait(list(in_flight), num_returns=1)
+        ref = ready[0]
+        i = in_flight.pop(ref)
+        try:
+            rollout = ray.get(ref)
+        except ray.exceptions.RayError as exc:
+            cluster.actor_failed(i, exc)
+            in_flight[cluster.actors[i].collect.remote(weights, version)] = i
+            continue
+        cluster.poll_endpoints()
+        if telemetry is not None:
+            telemetry.recorder.record_phase("wait", time.perf_counter() - t0)
+            done_now, _ = ray.wait(list(in_flight), num_returns=len(in_flight), timeout=0)
+            telemetry.recorder.record_queue(len(done_now), capacity)
+        staleness = net.age - rollout.policy_age
+        if staleness > cfg.max_staleness:
+            if telemetry is not None:
+                telemetry.recorder.record_dropped("stale", rollout.env_steps)
+            in_flight[cluster.actors[i].collect.remote(weights, version)] = i
+            continue
+        tracker.add_rollout(rollout)
+        stats = _learn(cfg, learner, rollout, tracker, telemetry)
+        if learner is not None:
+            weights, version = _publish(ray, net, telemetry)
+        in_flight[cluster.actors[i].collect.remote(weights, version)] = i
+        _after_update(cfg, tracker, net, learner, archive, stats)
+    return stats
