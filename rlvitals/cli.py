@@ -111,6 +111,10 @@ def preflight(cfg: TrainConfig) -> None:
         check_writable(cfg.run_dir)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    if cfg.mode == "ray":
+        from .distributed import preflight_ray
+
+        preflight_ray(cfg)
     if cfg.metrics_port and cfg.verbosity != "off" and cfg.metrics_host != "node":
         with socket.socket() as sock:
             try:
@@ -170,6 +174,9 @@ COMMANDS = {"train": cmd_train, "eval": cmd_eval, "runs": cmd_runs, "doctor": cm
 def main(argv: list[str] | None = None) -> int:
     from rlvitals.actors.envs import EnvError
 
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="rlvitals: %(message)s")
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

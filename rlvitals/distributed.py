@@ -31,8 +31,12 @@ log = logging.getLogger("rlvitals.ray")
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
+_OWNS_RAY = False
+
+
 def start_ray(cfg: TrainConfig) -> bool:
     """Join the cluster the config names, or start a private one on loopback. True if we started it."""
+    global _OWNS_RAY
     if not cfg.address and not os.environ.get("RAY_ADDRESS"):
         # Ray binds its servers to the machine's public address unless it believes it runs
         # on a single-node platform; this (documented) switch makes a private instance bind
@@ -43,11 +47,56 @@ def start_ray(cfg: TrainConfig) -> bool:
     if ray.is_initialized():
         return False
     quiet = {"configure_logging": False, "log_to_driver": True, "include_dashboard": False}
-    if cfg.address or os.environ.get("RAY_ADDRESS"):
-        ray.init(address=cfg.address or os.environ["RAY_ADDRESS"], **quiet)
+    address = cfg.address or os.environ.get("RAY_ADDRESS")
+    if address:
+        # Actors run in processes the cluster started, not children of this one: hand them our
+        # PYTHONPATH so a `module:EnvId` env importable here is importable there too.
+        runtime_env = {"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"]}} if os.environ.get("PYTHONPATH") else None
+        try:
+            ray.init(address=address, runtime_env=runtime_env, **quiet)
+        except (ConnectionError, RuntimeError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(f"address={address!r} is invalid: no Ray cluster accepted the connection ({first[:160]}); "
+                              "expected `auto`, host:port of a running cluster, and RAY_AUTH_MODE/RAY_AUTH_TOKEN "
+                              "as that cluster uses them") from None
         return False
     ray.init(address="local", num_cpus=os.cpu_count(), **quiet)
+    _OWNS_RAY = True
     return True
+
+
+def stop_ray() -> None:
+    global _OWNS_RAY
+    import ray
+
+    if _OWNS_RAY and ray.is_initialized():
+        ray.shutdown()
+    _OWNS_RAY = False
+
+
+def check_resources(cfg: TrainConfig) -> int:
+    """Number of actors to start; ConfigError when the cluster cannot hold what was asked."""
+    import ray
+
+    resources = ray.cluster_resources()
+    cpus, gpus = resources.get("CPU", 0.0), resources.get("GPU", 0.0)
+    num_actors = cfg.num_actors or max(1, int(cpus) - 1)
+    want_cpu, want_gpu = num_actors * cfg.actor_cpus, num_actors * cfg.actor_gpus
+    if want_cpu > cpus + 1e-9 or want_gpu > gpus + 1e-9:
+        raise ConfigError(
+            f"num_actors={num_actors} with actor_cpus={cfg.actor_cpus:g} and actor_gpus={cfg.actor_gpus:g} asks "
+            f"for {want_cpu:g} CPUs and {want_gpu:g} GPUs; the Ray cluster has {cpus:g} CPUs and {gpus:g} GPUs")
+    return num_actors
+
+
+def preflight_ray(cfg: TrainConfig) -> None:
+    """Connect (or start Ray) and check the request fits, before anything is written."""
+    start_ray(cfg)
+    try:
+        check_resources(cfg)
+    except ConfigError:
+        stop_ray()
+        raise
 
 
 def seed_for_actor(seed: int, actor_id: int) -> int:
@@ -152,14 +201,7 @@ class Cluster:
         self.telemetry = telemetry
         self.discovery = archive.path / "discovery"
         self.run_info = run_info
-        resources = ray.cluster_resources()
-        cpus, gpus = resources.get("CPU", 0.0), resources.get("GPU", 0.0)
-        self.num_actors = cfg.num_actors or max(1, int(cpus) - 1)
-        want_cpu, want_gpu = self.num_actors * cfg.actor_cpus, self.num_actors * cfg.actor_gpus
-        if want_cpu > cpus + 1e-9 or want_gpu > gpus + 1e-9:
-            raise ConfigError(
-                f"num_actors={self.num_actors} x actor_cpus={cfg.actor_cpus} x actor_gpus={cfg.actor_gpus} asks "
-                f"for {want_cpu:g} CPUs and {want_gpu:g} GPUs; the Ray cluster has {cpus:g} CPUs and {gpus:g} GPUs")
+        self.num_actors = check_resources(cfg)
         worker_cls = ray.remote(RolloutWorker).options(
             num_cpus=cfg.actor_cpus, num_gpus=cfg.actor_gpus, max_restarts=-1, max_task_retries=0)
         cfg_dict = asdict(cfg)
@@ -175,6 +217,7 @@ class Cluster:
                     self.sidecars.append(sidecar_cls.options(num_cpus=0, scheduling_strategy=strategy)
                                          .remote(cfg.verbosity, cfg.metrics_host, run_info))
         self.pids: dict[int, int] = {}
+        self.restarts = 0
         self.pending_endpoints: dict = {}
         self._wait_until_started()
 
@@ -200,6 +243,7 @@ class Cluster:
         i = info["actor_id"]
         previous = self.pids.get(i)
         if previous is not None and previous != info["pid"]:
+            self.restarts += 1
             if self.telemetry is not None:
                 self.telemetry.recorder.record_restart()
             log.warning("actor %d restarted (pid %d -> %d)", i, previous, info["pid"])
@@ -249,7 +293,7 @@ def _publish(ray, net, telemetry) -> tuple[list, int]:
 
 
 def train_ray(cfg: TrainConfig, archive: RunArchive, telemetry=None, stop=None) -> dict:
-    started_ray = start_ray(cfg)
+    start_ray(cfg)
     import ray
 
     cluster = None
@@ -270,13 +314,12 @@ def train_ray(cfg: TrainConfig, archive: RunArchive, telemetry=None, stop=None) 
     finally:
         if cluster is not None:
             cluster.shutdown()
-        if started_ray:
-            ray.shutdown()
+        stop_ray()
     if learner is not None:
         save_checkpoint(archive, cfg, net, learner, tracker)
     archive.append_metrics(clean_row(_row(tracker, net, stats)))
     summary = {**tracker.summary(net.age, cfg.agent), "mode": "ray", "num_actors": cluster.num_actors,
-               "sync": cfg.sync}
+               "sync": cfg.sync, "actor_restarts": cluster.restarts}
     archive.write_summary(summary)
     return summary
 

@@ -65,6 +65,8 @@ class Recorder:
         self.collected = 0.0
         self.learned = 0.0
         wanted = COMPONENTS[component]
+        # A learner process never sees record_rollout: it counts what reaches it (learned or dropped).
+        self._counts_arrivals = "actor" not in wanted
         self.metrics = [m for m in METRICS if m.at(level) and m.component in wanted]
         self.enabled = {m.name for m in self.metrics}
         self._sources = {m.name: _label_sets(m, m.source) for m in self.metrics if m.source and m.kind != "histogram"}
@@ -130,6 +132,8 @@ class Recorder:
         """
         with self.lock:
             self.learned += stats.get("samples_learned", 0.0)
+            if self._counts_arrivals:
+                self.collected += stats.get("samples", 0.0)
             stats = dict(stats)
             if self.collected:
                 stats["training_intensity"] = self.learned / self.collected
@@ -176,6 +180,8 @@ class Recorder:
 
     def record_dropped(self, reason: str, samples: float) -> None:
         with self.lock:
+            if self._counts_arrivals:
+                self.collected += samples
             self._inc("rlvitals_samples_dropped_total", samples, (reason,))
 
     def record_publish(self, num_bytes: float) -> None:

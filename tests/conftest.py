@@ -129,3 +129,37 @@ def prometheus(tmp_path_factory):
         problems.append(f"attempt {attempt}: exit code {process.returncode}; log:\n"
                         f"{log_path.read_text(errors='replace')[-2000:]}")
     pytest.fail("Prometheus did not become ready:\n" + "\n".join(problems))
+
+
+class prometheus_watching:
+    """Context manager: a Prometheus of its own, scraping every 1 s whatever `discovery_dir/*.json` lists.
+
+    For tests that point Prometheus straight at a run's own discovery folder.
+    """
+
+    def __init__(self, discovery_dir: Path):
+        self.discovery_dir = Path(discovery_dir)
+
+    def __enter__(self) -> Prometheus:
+        import tempfile
+
+        binary = shutil.which("prometheus")
+        if binary is None:
+            pytest.skip("the `prometheus` binary is not on PATH (Debian: apt-get install prometheus)")
+        self._tmp = tempfile.TemporaryDirectory(prefix="rlvitals-prom-")
+        root = Path(self._tmp.name)
+        (root / "prometheus.yml").write_text(PROMETHEUS_CONFIG.format(discovery=self.discovery_dir))
+        for attempt in range(3):
+            process, url, log_path = _start(binary, root, attempt)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and process.poll() is None:
+                if http_get(f"{url}/-/ready", timeout=1)[0] == 200:
+                    self.server = Prometheus(url, self.discovery_dir, process, log_path)
+                    return self.server
+                time.sleep(0.1)
+            _stop(process)
+        pytest.fail("Prometheus did not become ready")
+
+    def __exit__(self, *exc) -> None:
+        _stop(self.server.process)
+        self._tmp.cleanup()

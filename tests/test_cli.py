@@ -124,19 +124,9 @@ CASE_IDS = [  # the ids of bad_input_cases(), in order (checked by the fixture)
 
 
 @pytest.fixture(scope="module")
-def bad_input(tmp_path_factory):
-    """Run every bad-input case at once; {case id: (case, result, cwd)}."""
-    scratch = tmp_path_factory.mktemp("bad-input")
-    cwd = scratch / "cwd"
-    cwd.mkdir()
-    with socket.socket() as holder:  # a port that is certainly in use while the cases run
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        cases = bad_input_cases(scratch, holder.getsockname()[1])
-        assert [c.id for c in cases] == CASE_IDS
-        procs = [(case, start(case.args, cwd)) for case in cases]
-        results = {case.id: (case, finish(proc), cwd) for case, proc in procs}
-    return results
+def bad_input(launched):
+    """{case id: (case, result, cwd)} of every bad-input case."""
+    return launched.bad
 
 
 @pytest.mark.parametrize("case_id", CASE_IDS)
@@ -174,20 +164,60 @@ class Runs:
     args_a: list
     result_a: Result
     result_b: Result
+    eval_a: Result | None
+    """`rlvitals eval --run-dir A --episodes 3`, started as soon as A finished."""
+
+
+@dataclass
+class Launched:
+    bad: dict
+    runs: Runs | None
 
 
 @pytest.fixture(scope="module")
-def two_runs(tmp_path_factory) -> Runs:
-    """Run A from flags (with a secret in its environment) and run B from a YAML file plus a flag, in parallel."""
+def launched(tmp_path_factory, request) -> Launched:
+    """Every subprocess of this module, started together so they share the machine's cores.
+
+    Run A trains from flags with a secret in its environment; run B from a YAML
+    file plus an overriding flag; the bad-input cases run beside them while a
+    test socket holds the port of the port-in-use case. The training runs are
+    started only when a selected test needs them (`-m "not slow"` skips them).
+    """
     root = tmp_path_factory.mktemp("happy")
     parent = root / "runs"
     a, b = parent / "A", parent / "B"
     config = root / "b.yaml"
     config.write_text(yaml.safe_dump(RUN_B_FILE))
     args_a = [str(a) if x == "{A}" else x for x in RUN_A_ARGS]
-    proc_a = start(args_a, root, cli_env(RLVITALS_TEST_TOKEN=SECRET, MY_API_KEY=SECRET))
-    proc_b = start(["train", "--config", config, "--learning-rate", "0.0005", "--run-dir", b], root)
-    return Runs(parent, a, b, args_a, finish(proc_a), finish(proc_b))
+    proc_a = proc_b = None
+    if any("two_runs" in getattr(item, "fixturenames", ()) for item in request.session.items):
+        proc_a = start(args_a, root, cli_env(RLVITALS_TEST_TOKEN=SECRET, MY_API_KEY=SECRET))
+        proc_b = start(["train", "--config", config, "--learning-rate", "0.0005", "--run-dir", b], root)
+
+    scratch = tmp_path_factory.mktemp("bad-input")
+    cwd = scratch / "cwd"
+    cwd.mkdir()
+    with socket.socket() as holder:  # a port that is certainly in use while the cases run
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        cases = bad_input_cases(scratch, holder.getsockname()[1])
+        assert [c.id for c in cases] == CASE_IDS
+        procs = [(case, start(case.args, cwd)) for case in cases]
+        result_a = finish(proc_a) if proc_a else None
+        proc_eval = None
+        if result_a is not None and result_a.returncode == 0:
+            proc_eval = start(["eval", "--run-dir", a, "--episodes", "3"], parent)
+        bad = {case.id: (case, finish(proc), cwd) for case, proc in procs}
+    runs = None
+    if proc_b is not None:
+        runs = Runs(parent, a, b, args_a, result_a, finish(proc_b), finish(proc_eval) if proc_eval else None)
+    return Launched(bad, runs)
+
+
+@pytest.fixture(scope="module")
+def two_runs(launched) -> Runs:
+    assert launched.runs is not None
+    return launched.runs
 
 
 @pytest.mark.slow
@@ -218,6 +248,7 @@ def test_train_writes_a_complete_archive(two_runs):
     assert [row["updates"] for row in rows] == sorted(row["updates"] for row in rows)
 
 
+@pytest.mark.slow
 def test_run_dir_holds_no_process_environment(two_runs):
     assert two_runs.result_a.returncode == 0, two_runs.result_a.stderr
     files = [p for p in two_runs.a.rglob("*") if p.is_file()]
@@ -226,6 +257,7 @@ def test_run_dir_holds_no_process_environment(two_runs):
         assert SECRET.encode() not in path.read_bytes(), f"{path} leaks the process environment"
 
 
+@pytest.mark.slow
 def test_config_file_with_flag_override(two_runs):
     r, b = two_runs.result_b, two_runs.b
     assert r.returncode == 0, r.stderr
@@ -242,7 +274,7 @@ def test_config_file_with_flag_override(two_runs):
 @pytest.mark.slow
 def test_eval_prints_one_json_object(two_runs):
     assert two_runs.result_a.returncode == 0, two_runs.result_a.stderr
-    r = run(["eval", "--run-dir", two_runs.a, "--episodes", "3"], two_runs.parent)
+    r = two_runs.eval_a
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert len(lines) == 1, r.stdout
@@ -254,12 +286,26 @@ def test_eval_prints_one_json_object(two_runs):
 
 
 def _runs(two_runs: Runs, *flags: str) -> str:
+    """`rlvitals runs PARENT FLAGS...` as a subprocess; its stdout."""
     assert two_runs.result_a.returncode == 0 and two_runs.result_b.returncode == 0
     r = run(["runs", two_runs.parent, *flags], two_runs.parent)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     return r.stdout
 
 
+def _runs_in_process(two_runs: Runs, capsys, *flags: str) -> str:
+    """The same command through `rlvitals.cli.main` in this process (no interpreter start-up per call)."""
+    from rlvitals.cli import main
+
+    assert two_runs.result_a.returncode == 0 and two_runs.result_b.returncode == 0
+    capsys.readouterr()
+    code = main(["runs", str(two_runs.parent), *flags])
+    out, err = capsys.readouterr()
+    assert code == 0 and err == "", err
+    return out
+
+
+@pytest.mark.slow
 def test_runs_table_shows_both_runs_and_what_differs(two_runs):
     lines = _runs(two_runs, "--sort", "seed").strip().splitlines()
     assert len(lines) == 3, lines  # header + two runs
@@ -272,21 +318,22 @@ def test_runs_table_shows_both_runs_and_what_differs(two_runs):
     assert "seed=" not in first, "identity fields are columns, not differences"
 
 
-def test_runs_sort_filter_top_and_json(two_runs):
-    table = json.loads(_runs(two_runs, "--json", "--sort=-seed"))
+@pytest.mark.slow
+def test_runs_sort_filter_top_and_json(two_runs, capsys):
+    table = json.loads(_runs_in_process(two_runs, capsys, "--json", "--sort=-seed"))
     assert [row["run"] for row in table] == ["B", "A"]
     assert {row["status"] for row in table} == {"done"}
     assert all(isinstance(row["final_return"], float) for row in table)
 
-    table = json.loads(_runs(two_runs, "--json", "--sort", "seed"))
+    table = json.loads(_runs_in_process(two_runs, capsys, "--json", "--sort", "seed"))
     assert [row["run"] for row in table] == ["A", "B"]
 
-    table = json.loads(_runs(two_runs, "--json", "--filter", "seed=2"))
+    table = json.loads(_runs_in_process(two_runs, capsys, "--json", "--filter", "seed=2"))
     assert [row["run"] for row in table] == ["B"]
     assert "learning_rate=0.0005" in table[0]["differences"]
 
-    table = json.loads(_runs(two_runs, "--json", "--sort", "seed", "--top", "1"))
+    table = json.loads(_runs_in_process(two_runs, capsys, "--json", "--sort", "seed", "--top", "1"))
     assert [row["run"] for row in table] == ["A"]
 
-    lines = _runs(two_runs, "--sort=-seed", "--top", "1").strip().splitlines()
+    lines = _runs_in_process(two_runs, capsys, "--sort=-seed", "--top", "1").strip().splitlines()
     assert len(lines) == 2 and lines[1].split()[0] == "B"

@@ -1,0 +1,183 @@
+"""Ray mode end to end, on a real Ray instance started once for this module (loopback only)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import http_get, prometheus_watching
+
+RAY_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",   # bind every Ray server to 127.0.0.1
+    "RAY_AUTH_MODE": "token",
+    "RAY_AUTH_TOKEN": secrets.token_hex(16),    # never written to disk or to the run archive
+    "PYTHONWARNINGS": "ignore::DeprecationWarning",
+}
+HOLDER = """
+import ray, sys, time
+ctx = ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False)
+print(ctx.address_info["gcs_address"], flush=True)
+sys.stdin.read()   # until the test closes our stdin
+ray.shutdown()
+"""
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def ray_address():
+    """A private Ray head for this module; every run joins it with --address."""
+    env = {**os.environ, **RAY_ENV}
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER], env=env, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    address = holder.stdout.readline().strip()
+    assert address.startswith("127.0.0.1:"), f"Ray head did not start on loopback: {address!r}"
+    try:
+        yield address
+    finally:
+        holder.stdin.close()
+        try:
+            holder.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            holder.kill()
+
+
+def train(args: list[str], **kwargs) -> subprocess.Popen:
+    env = {**os.environ, **RAY_ENV, **kwargs.pop("env", {})}
+    return subprocess.Popen([sys.executable, "-m", "rlvitals.cli", "train", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 240) -> tuple[dict, str]:
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstderr:\n{err[-3000:]}"
+    return json.loads(out.strip().splitlines()[-1]), err
+
+
+def ray_args(address: str, run_dir: Path, *extra: str) -> list[str]:
+    return ["--mode", "ray", "--address", address, "--run-dir", str(run_dir), "--progress", "false", *extra]
+
+
+def test_two_actors_learn_cartpole_and_every_endpoint_is_scraped(ray_address, tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with prometheus_watching(run_dir / "discovery") as prom:
+        proc = train(ray_args(ray_address, run_dir, "--num-actors", "2", "--total-env-steps", "400000",
+                              "--return-threshold", "300", "--verbosity", "standard"))
+        seen: dict[str, set] = {}
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            seen = {}
+            for target in prom.targets():
+                if target["health"] == "up":
+                    seen.setdefault(target["labels"].get("component"), set()).add(target["scrapeUrl"])
+            if len(seen.get("actor", ())) == 2 and seen.get("learner") and seen.get("node"):
+                break
+            time.sleep(0.5)
+        assert len(seen.get("actor", ())) == 2 and seen.get("learner") and seen.get("node"), seen
+        steps = prom.query('rlvitals_actor_env_steps_total')
+        assert len(steps) == 2 and all(float(s["value"][1]) > 0 for s in steps)
+        summary, _ = finish(proc)
+    assert summary["mode"] == "ray" and summary["num_actors"] == 2
+    assert summary["mean_return_last_100"] >= 300, summary
+    assert list((run_dir / "discovery").glob("*.json")) == [], "discovery files left behind"
+
+
+def test_one_actor_sync_replays_local_mode(ray_address, tmp_path):
+    common = ["--total-env-steps", "12000", "--seed", "3", "--log-every-updates", "1", "--verbosity", "off",
+              "--progress", "false"]
+    local = subprocess.run([sys.executable, "-m", "rlvitals.cli", "train", "--mode", "local",
+                            "--run-dir", str(tmp_path / "local"), *common], capture_output=True, text=True)
+    assert local.returncode == 0, local.stderr
+    finish(train(["--mode", "ray", "--address", ray_address, "--num-actors", "1", "--sync", "true",
+                  "--run-dir", str(tmp_path / "ray"), *common]))
+
+    def curve(name):
+        rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        for row in rows:
+            row.pop("wall_seconds")
+        return rows
+
+    assert len(curve("local")) >= 3
+    assert curve("ray") == curve("local")
+
+
+def _actor_pids(run_dir: Path) -> dict[str, str]:
+    return {p.name: json.loads(p.read_text())[0]["targets"][0] for p in (run_dir / "discovery").glob("actor-*.json")}
+
+
+def test_killed_actor_is_restarted_counted_and_rediscovered(ray_address, tmp_path):
+    run_dir = tmp_path / "run"
+    proc = train(ray_args(ray_address, run_dir, "--num-actors", "2", "--total-env-steps", "300000",
+                          "--verbosity", "minimal"))
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and len(_actor_pids(run_dir)) < 2:
+        time.sleep(0.2)
+    before = _actor_pids(run_dir)
+    assert len(before) == 2, "actors never registered"
+    victims = subprocess.run(["pgrep", "-f", "ray::RolloutWorker"], capture_output=True, text=True).stdout.split()
+    assert victims, "no actor process found"
+    os.kill(int(victims[0]), signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    after = before
+    while time.monotonic() < deadline and proc.poll() is None:
+        after = _actor_pids(run_dir)
+        if len(after) == 2 and after != before:
+            break
+        time.sleep(0.2)
+    assert after != before, "the restarted actor's endpoint never reached the discovery files"
+    for address in after.values():
+        status, body = http_get(f"http://{address}/metrics")
+        assert status == 200 and b"rlvitals_actor_env_steps_total" in body
+    summary, err = finish(proc)
+    assert summary["actor_restarts"] >= 1, summary
+    assert "restarted" in err
+
+
+FAULTY_ENV = '''
+import os
+import gymnasium as gym
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+class FlakyCartPole(CartPoleEnv):
+    """Raises once, on the first actor that reaches step 300 (a marker file makes it once)."""
+    steps = 0
+    def step(self, action):
+        FlakyCartPole.steps += 1
+        marker = MARKER
+        if FlakyCartPole.steps == 300 and not os.path.exists(marker):
+            open(marker, "w").close()
+            raise RuntimeError("simulated physics failure")
+        return super().step(action)
+
+gym.register("Flaky-v0", entry_point=FlakyCartPole, max_episode_steps=500)
+'''
+
+
+def test_env_that_raises_is_reported_and_the_run_goes_on(ray_address, tmp_path):
+    (tmp_path / "flakyenv.py").write_text(f"MARKER = {str(tmp_path / 'raised')!r}\n" + FAULTY_ENV)
+    env = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}".rstrip(os.pathsep)}
+    proc = train(ray_args(ray_address, tmp_path / "run", "--env", "flakyenv:Flaky-v0", "--num-actors", "2",
+                          "--num-envs", "4", "--total-env-steps", "30000", "--verbosity", "minimal"), env=env)
+    summary, err = finish(proc)
+    assert (tmp_path / "raised").exists()
+    assert summary["actor_restarts"] == 1, summary
+    assert "Flaky-v0" in err and "seed" in err and "step" in err and "simulated physics failure" in err, err[-2000:]
+
+
+def test_request_larger_than_the_cluster_is_refused_within_seconds(ray_address, tmp_path):
+    start = time.monotonic()
+    proc = train(ray_args(ray_address, tmp_path / "run", "--num-actors", "8", "--total-env-steps", "1000"))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2
+    assert "num_actors=8" in err and "asks for 8 CPUs" in err and "has 2 CPUs" in err, err
+    assert time.monotonic() - start < 60
+    assert not (tmp_path / "run").exists()
