@@ -110,6 +110,9 @@ class PPOLearner:
         mb_adv, mb_targets, mb_bparams = flat(advantages), flat(targets), flat(behaviour_params)
         count = int(index.shape[0])
         before = diag.flat_params(net)
+        age_before = net.age
+        loss_ok = torch.ones((), dtype=torch.bool, device=dev)
+        grads_ok = torch.ones((), dtype=torch.bool, device=dev)
         sums: dict[str, torch.Tensor] = {}
         grad_absmax = torch.zeros((), device=dev)
         kl_sum = torch.zeros((), device=dev)
@@ -128,6 +131,8 @@ class PPOLearner:
                 grads = diag.flat_grads(net)
                 tb = time.perf_counter()
                 grad_norm = nn.utils.clip_grad_norm_(net.parameters(), s.max_grad_norm)
+                loss_ok &= torch.isfinite(loss.detach())   # flags stay on the device: no sync here
+                grads_ok &= torch.isfinite(grad_norm)
                 self.optimizer.step()
                 net.age += 1
                 steps += 1
@@ -150,7 +155,8 @@ class PPOLearner:
         stats.update({k: v / steps for k, v in sums.items()})
         stats.update(diag.step_statistics(before, after))
         stats.update({"grad_absmax": grad_absmax, "kl": kl_sum / max(count, 1), "grad_noise_scale": noise,
-                      "params_finite": torch.isfinite(after).all().float()})
+                      "params_finite": torch.isfinite(after).all().float(),
+                      "loss_finite": loss_ok.float(), "grads_finite": grads_ok.float()})
 
         vectors = {}
         if self.value_trace:
@@ -161,13 +167,20 @@ class PPOLearner:
             stats.update({"target_hist_sum": (targets * valid).sum(), "advantage_hist_sum": (advantages * valid).sum()})
             stats.update(diag.layer_statistics(net, activations))
         out = _to_host(stats, vectors)
-        if out["params_finite"] < 1:
+        where = _first_nonfinite(out)
+        if where:
+            # Skip the batch: the weights, Adam's moments and the age are as if it never came.
             self._restore(before)
-        self.samples_learned += count * s.update_epochs
+            net.age = age_before
+            steps, count_learned = 0, 0
+        else:
+            count_learned = count
+        self.samples_learned += count_learned * s.update_epochs
         self.updates += 1
-        out.update({"staleness": float(staleness), "samples": float(count), "learner_steps": float(steps),
-                    "samples_learned": float(count * s.update_epochs), "updates": 1.0, "age": float(net.age),
-                    "nonfinite": float(out["params_finite"] < 1),
+        out.update({"staleness": float(staleness), "samples": float(count_learned), "learner_steps": float(steps),
+                    "samples_learned": float(count_learned * s.update_epochs), "updates": 1.0,
+                    "age": float(net.age), "nonfinite": float(bool(where)), "nonfinite_where": where,
+                    "nonfinite_samples": float(count - count_learned),
                     "time_transfer": t1 - t0, "time_forward_backward": fwd_s, "time_optimizer": opt_s})
         return out
 
@@ -183,10 +196,19 @@ class PPOLearner:
         return stats
 
     def _restore(self, flat: torch.Tensor) -> None:
-        """Non-finite weights after an update: put the old ones back and reset Adam's moments."""
-        torch.nn.utils.vector_to_parameters(flat, self.net.parameters())
+        """Put the weights from before the update back, and restart Adam's moments (they saw the NaN)."""
+        with torch.no_grad():
+            torch.nn.utils.vector_to_parameters(flat, self.net.parameters())
         self.optimizer.state.clear()
         self.nonfinite_batches += 1
+
+
+def _first_nonfinite(host: dict) -> str:
+    """Where non-finite values first showed up in an update ('' when everything was finite)."""
+    for flag, where in (("loss_finite", "loss"), ("grads_finite", "gradients"), ("params_finite", "weights")):
+        if host[flag] < 1:
+            return where
+    return ""
 
 
 def _to_host(scalars: dict, vectors: dict) -> dict:

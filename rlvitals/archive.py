@@ -107,6 +107,15 @@ class RunArchive:
         atomic_write_bytes(archive.path / "meta.json", json.dumps(meta, indent=2).encode())
         return archive
 
+    def note_resume(self, argv: list[str], env_steps: int, config: dict[str, Any]) -> None:
+        """Record a resume in meta.json (same run id) and the config it continues with."""
+        meta = self.meta
+        meta.setdefault("resumes", []).append({"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                               "command": [Path(sys.argv[0]).name] + list(argv),
+                                               "env_steps": env_steps, "code_version": code_version()})
+        atomic_write_bytes(self.path / "meta.json", json.dumps(meta, indent=2).encode())
+        atomic_write_bytes(self.path / "config.yaml", yaml.safe_dump(config, sort_keys=True).encode())
+
     @property
     def meta(self) -> dict[str, Any]:
         return json.loads((self.path / "meta.json").read_text())

@@ -52,6 +52,8 @@ def build_parser() -> Parser:
 
     train = sub.add_parser("train", help="train an agent (local or Ray mode)")
     train.add_argument("--config", metavar="FILE", help="YAML file of config fields; flags override it")
+    train.add_argument("--resume", metavar="RUN_DIR",
+                       help="continue the run in RUN_DIR from its latest checkpoint (same run id, counters go on)")
     add_config_flags(train)
 
     ev = sub.add_parser("eval", help="run a trained policy and print its return statistics as JSON")
@@ -89,7 +91,7 @@ def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
     return build_config(args.config, overrides)
 
 
-def preflight(cfg: TrainConfig) -> None:
+def preflight(cfg: TrainConfig, fresh_dir: bool = True) -> None:
     """Everything that can be checked before anything is written."""
     from rlvitals.actors.envs import make_vector_env
 
@@ -108,7 +110,8 @@ def preflight(cfg: TrainConfig) -> None:
             env.close()
     try:
         resolve_device(cfg)
-        check_writable(cfg.run_dir)
+        if fresh_dir:
+            check_writable(cfg.run_dir)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     if cfg.mode == "ray":
@@ -124,9 +127,45 @@ def preflight(cfg: TrainConfig) -> None:
                                   f"{cfg.metrics_host}; expected a free port or 0") from None
 
 
+def resume_config(args: argparse.Namespace) -> tuple[TrainConfig, dict]:
+    """The config of the run being resumed, with the few overrides that keep it the same run."""
+    from .archive import RunArchive
+    from .checkpoint import RESUMABLE_FIELDS
+
+    path = Path(args.resume)
+    if not (path / "config.yaml").is_file():
+        raise ConfigError(f"resume={args.resume!r} is invalid: no config.yaml there; expected a run directory")
+    try:
+        state = RunArchive(path).load_checkpoint()
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
+                 if getattr(args, f.name) is not None}
+    for name in overrides:
+        if name not in RESUMABLE_FIELDS:
+            raise ConfigError(f"{name} cannot change when resuming (it would be a different run); "
+                              f"changeable: {', '.join(sorted(RESUMABLE_FIELDS))}")
+    saved = {k: v for k, v in state["config"].items()}
+    saved.update(overrides)
+    saved["run_dir"] = str(path)
+    return build_config(None, saved), state
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from .archive import default_run_dir
 
+    if args.resume:
+        if args.config:
+            raise ConfigError("--config cannot be combined with --resume: the run keeps its own config")
+        cfg, state = resume_config(args)
+        if cfg.total_env_steps <= state["tracker"]["env_steps"]:
+            raise ConfigError(f"total_env_steps={cfg.total_env_steps} is invalid: the run already has "
+                              f"{state['tracker']['env_steps']} env steps; pass a larger --total-env-steps")
+        preflight(cfg, fresh_dir=False)
+        from .session import run_training
+
+        print(json.dumps(run_training(cfg, sys.argv[1:], resume=state)))
+        return 0
     cfg = train_config_from_args(args)
     if not cfg.run_dir:
         cfg.run_dir = default_run_dir(cfg.env, cfg.seed)
@@ -173,6 +212,9 @@ COMMANDS = {"train": cmd_train, "eval": cmd_eval, "runs": cmd_runs, "doctor": cm
 
 def main(argv: list[str] | None = None) -> int:
     from rlvitals.actors.envs import EnvError
+    from rlvitals.actors.runner import EnvStepError
+
+    from .guard import NonFiniteError
 
     import logging
 
@@ -185,8 +227,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rlvitals: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("rlvitals: interrupted", file=sys.stderr)
+        print("rlvitals: interrupted (run archive and checkpoint written)", file=sys.stderr)
         return 130
+    except (NonFiniteError, EnvStepError) as exc:
+        print(f"rlvitals: error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -119,6 +119,8 @@ class TrainConfig:
     """Mean return over the last 100 episodes that counts as solved; its time is reported in summary.json."""
     stop_at_threshold: bool = False
     """End the run as soon as return_threshold is reached."""
+    max_nonfinite_batches: int = 10
+    """Consecutive batches with NaN/inf (skipped, never learned from) after which the run stops."""
     progress: bool = True
     """Show the live progress line in the terminal."""
 
@@ -149,7 +151,7 @@ class TrainConfig:
         _choice("device", self.device, DEVICES)
         for name in ("total_env_steps", "num_envs", "rollout_length", "update_epochs",
                      "num_minibatches", "torch_threads", "checkpoint_interval", "log_every_updates",
-                     "rollouts_in_flight", "max_staleness"):
+                     "rollouts_in_flight", "max_staleness", "max_nonfinite_batches"):
             _positive_int(name, getattr(self, name))
         for name in ("learning_rate", "clip_coef", "max_grad_norm", "vtrace_rho_clip",
                      "vtrace_c_clip", "log_interval_seconds"):

@@ -24,8 +24,9 @@ from rlvitals.telemetry.process import write_target
 
 from .archive import RunArchive
 from .config import ConfigError, TrainConfig
-from .training import (RunTracker, _row, clean_row, make_learner, make_network, resolve_device,
-                       save_checkpoint, seed_everything)
+from .checkpoint import restore, save_checkpoint
+from .guard import NonFiniteGuard
+from .training import RunTracker, _row, clean_row, finish_run, make_learner, make_network, resolve_device, seed_everything
 
 log = logging.getLogger("rlvitals.ray")
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -218,6 +219,8 @@ class Cluster:
                                          .remote(cfg.verbosity, cfg.metrics_host, run_info))
         self.pids: dict[int, int] = {}
         self.restarts = 0
+        self.produced = self.learned_samples = self.in_flight = 0
+        self.dropped = {"stale": 0, "nonfinite": 0}
         self.pending_endpoints: dict = {}
         self._wait_until_started()
 
@@ -270,6 +273,33 @@ class Cluster:
             except self.ray.exceptions.RayError:
                 self.pending_endpoints[self.actors[i].endpoint.remote()] = i
 
+    # --- sample accounting: produced = learned + dropped + in flight, checked at the end of a run
+    def received(self, samples: int) -> None:
+        self.produced += samples
+
+    def learned(self, stats: dict, samples: int) -> None:
+        if stats.get("nonfinite") or not stats and self.cfg.agent == "ppo":
+            self.dropped["nonfinite"] += samples
+        else:
+            self.learned_samples += samples
+
+    def count_in_flight(self, in_flight: dict) -> None:
+        """Rollouts that actors finished but the learner never took: counted, not silently lost."""
+        if not in_flight:
+            return
+        ready, _ = self.ray.wait(list(in_flight), num_returns=len(in_flight), timeout=5)
+        for ref in ready:
+            try:
+                samples = self.ray.get(ref).env_steps
+            except self.ray.exceptions.RayError:
+                continue
+            self.produced += samples
+            self.in_flight += samples
+
+    def accounting(self) -> dict:
+        return {"produced": self.produced, "learned": self.learned_samples, "dropped": dict(self.dropped),
+                "in_flight": self.in_flight}
+
     def shutdown(self) -> None:
         for handle in self.actors + self.sidecars:
             try:
@@ -292,7 +322,7 @@ def _publish(ray, net, telemetry) -> tuple[list, int]:
     return [ref], net.age
 
 
-def train_ray(cfg: TrainConfig, archive: RunArchive, telemetry=None, stop=None) -> dict:
+def train_ray(cfg: TrainConfig, archive: RunArchive, telemetry=None, stop=None, resume: dict | None = None) -> dict:
     start_ray(cfg)
     import ray
 
@@ -307,25 +337,34 @@ def train_ray(cfg: TrainConfig, archive: RunArchive, telemetry=None, stop=None) 
         meta = archive.meta
         run_info = {"run_id": meta["run_id"], "env": cfg.env, "algorithm": cfg.agent, "mode": "ray",
                     "code_version": meta["code_version"]["commit"][:12]}
-        cluster = Cluster(cfg, archive, telemetry, run_info)
         tracker = RunTracker(cfg.total_env_steps, cfg.return_threshold)
+        if resume is not None and learner is not None:
+            restore(resume, net, learner, tracker, telemetry)
+        cluster = Cluster(cfg, archive, telemetry, run_info)
+        guard = NonFiniteGuard(archive.path, cfg.max_nonfinite_batches, telemetry)
         loop = _sync_loop if cfg.sync else _async_loop
-        stats = loop(cfg, ray, cluster, net, learner, tracker, archive, telemetry, stop)
+        state = {"stats": {}}
+        try:
+            loop(cfg, ray, cluster, net, learner, tracker, archive, telemetry, stop, guard, state)
+        except BaseException as exc:
+            finish_run(archive, cfg, net, learner, tracker, telemetry, state["stats"],
+                       {"status": type(exc).__name__, **_ray_summary(cfg, cluster, guard)})
+            raise
+        return finish_run(archive, cfg, net, learner, tracker, telemetry, state["stats"],
+                          {"status": "completed", **_ray_summary(cfg, cluster, guard)})
     finally:
         if cluster is not None:
             cluster.shutdown()
         stop_ray()
-    if learner is not None:
-        save_checkpoint(archive, cfg, net, learner, tracker)
-    archive.append_metrics(clean_row(_row(tracker, net, stats)))
-    summary = {**tracker.summary(net.age, cfg.agent), "mode": "ray", "num_actors": cluster.num_actors,
-               "sync": cfg.sync, "actor_restarts": cluster.restarts}
-    archive.write_summary(summary)
-    return summary
 
 
-def _learn(cfg, learner, rollout, tracker, telemetry) -> dict:
-    if learner is None:
+def _ray_summary(cfg, cluster, guard) -> dict:
+    return {"mode": "ray", "num_actors": cluster.num_actors, "sync": cfg.sync, "actor_restarts": cluster.restarts,
+            "nonfinite_batches_skipped": guard.skipped, "samples": cluster.accounting()}
+
+
+def _learn(cfg, learner, rollout, tracker, telemetry, guard) -> dict:
+    if learner is None or not guard.inputs_ok(rollout):
         return {}
     if cfg.anneal_lr:
         learner.set_learning_rate(cfg.learning_rate * max(0.0, 1 - tracker.env_steps / cfg.total_env_steps))
@@ -333,22 +372,22 @@ def _learn(cfg, learner, rollout, tracker, telemetry) -> dict:
     if telemetry is not None:
         telemetry.record_learn(stats)
         telemetry.recorder.record_age(learner.net.age)
+    guard.update_ok(stats, rollout)
     return stats
 
 
-def _after_update(cfg, tracker, net, learner, archive, stats) -> None:
+def _after_update(cfg, tracker, net, learner, archive, stats, telemetry) -> None:
     tracker.updates += 1
     if tracker.updates % cfg.log_every_updates == 0:
         archive.append_metrics(clean_row(_row(tracker, net, stats)))
     steps_per_update = cfg.update_epochs * cfg.num_minibatches
     if learner is not None and tracker.updates % max(1, cfg.checkpoint_interval // steps_per_update) == 0:
-        save_checkpoint(archive, cfg, net, learner, tracker)
+        save_checkpoint(archive, cfg, net, learner, tracker, telemetry)
 
 
-def _sync_loop(cfg, ray, cluster, net, learner, tracker, archive, telemetry, stop) -> dict:
+def _sync_loop(cfg, ray, cluster, net, learner, tracker, archive, telemetry, stop, guard, state) -> None:
     """All actors act with the newest weights; the learner waits for every one of them."""
     weights, version = _publish(ray, net, telemetry)
-    stats: dict = {}
     while not tracker.done() and not (stop is not None and stop()):
         t0 = time.perf_counter()
         refs = {a.collect.remote(weights, version): i for i, a in enumerate(cluster.actors)}
@@ -367,13 +406,14 @@ def _sync_loop(cfg, ray, cluster, net, learner, tracker, archive, telemetry, sto
         if telemetry is not None:
             telemetry.recorder.record_phase("wait", time.perf_counter() - t0)
             telemetry.recorder.record_queue(0, len(cluster.actors))
-        stats = _learn(cfg, learner, batch, tracker, telemetry)
+        cluster.received(batch.env_steps)
+        stats = state["stats"] = _learn(cfg, learner, batch, tracker, telemetry, guard)
+        cluster.learned(stats, batch.env_steps)
         weights, version = _publish(ray, net, telemetry)
-        _after_update(cfg, tracker, net, learner, archive, stats)
-    return stats
+        _after_update(cfg, tracker, net, learner, archive, stats, telemetry)
 
 
-def _async_loop(cfg, ray, cluster, net, learner, tracker, archive, telemetry, stop) -> dict:
+def _async_loop(cfg, ray, cluster, net, learner, tracker, archive, telemetry, stop, guard, state) -> None:
     """Learn from whichever rollout arrives first; keep every actor `rollouts_in_flight` ahead."""
     weights, version = _publish(ray, net, telemetry)
     in_flight: dict = {}
@@ -381,7 +421,6 @@ def _async_loop(cfg, ray, cluster, net, learner, tracker, archive, telemetry, st
         for i, actor in enumerate(cluster.actors):
             in_flight[actor.collect.remote(weights, version)] = i
     capacity = len(cluster.actors) * cfg.rollouts_in_flight
-    stats: dict = {}
     while not tracker.done() and not (stop is not None and stop()):
         t0 = time.perf_counter()
         ready, _ = ray.wait(list(in_flight), num_returns=1)
@@ -398,16 +437,19 @@ def _async_loop(cfg, ray, cluster, net, learner, tracker, archive, telemetry, st
             telemetry.recorder.record_phase("wait", time.perf_counter() - t0)
             done_now, _ = ray.wait(list(in_flight), num_returns=len(in_flight), timeout=0)
             telemetry.recorder.record_queue(len(done_now), capacity)
+        cluster.received(rollout.env_steps)
         staleness = net.age - rollout.policy_age
         if staleness > cfg.max_staleness:
+            cluster.dropped["stale"] += rollout.env_steps
             if telemetry is not None:
                 telemetry.recorder.record_dropped("stale", rollout.env_steps)
             in_flight[cluster.actors[i].collect.remote(weights, version)] = i
             continue
         tracker.add_rollout(rollout)
-        stats = _learn(cfg, learner, rollout, tracker, telemetry)
+        stats = state["stats"] = _learn(cfg, learner, rollout, tracker, telemetry, guard)
+        cluster.learned(stats, rollout.env_steps)
         if learner is not None:
             weights, version = _publish(ray, net, telemetry)
         in_flight[cluster.actors[i].collect.remote(weights, version)] = i
-        _after_update(cfg, tracker, net, learner, archive, stats)
-    return stats
+        _after_update(cfg, tracker, net, learner, archive, stats, telemetry)
+    cluster.count_in_flight(in_flight)

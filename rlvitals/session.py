@@ -8,9 +8,13 @@ from .archive import RunArchive
 from .config import TrainConfig
 
 
-def run_training(cfg: TrainConfig, argv: list[str]) -> dict:
-    """Create the run directory, start telemetry, train, and always clean up."""
-    archive = RunArchive.create(cfg.run_dir, cfg.to_dict(), argv)
+def run_training(cfg: TrainConfig, argv: list[str], resume: dict | None = None) -> dict:
+    """Create (or, resuming, reopen) the run directory, start telemetry, train, and always clean up."""
+    if resume is None:
+        archive = RunArchive.create(cfg.run_dir, cfg.to_dict(), argv)
+    else:
+        archive = RunArchive(cfg.run_dir)
+        archive.note_resume(argv, resume["tracker"]["env_steps"], cfg.to_dict())
     telemetry = None
     if cfg.verbosity != "off":
         from rlvitals.telemetry.process import ProcessTelemetry
@@ -39,10 +43,10 @@ def run_training(cfg: TrainConfig, argv: list[str]) -> dict:
         if cfg.mode == "local":
             from .training import train_local
 
-            return train_local(cfg, archive, telemetry, stop=lambda: stopping["flag"])
+            return train_local(cfg, archive, telemetry, stop=lambda: stopping["flag"], resume=resume)
         from .distributed import train_ray
 
-        return train_ray(cfg, archive, telemetry, stop=lambda: stopping["flag"])
+        return train_ray(cfg, archive, telemetry, stop=lambda: stopping["flag"], resume=resume)
     finally:
         signal.signal(signal.SIGTERM, previous)
         if telemetry is not None:

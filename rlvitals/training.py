@@ -24,7 +24,9 @@ from rlvitals.learner.networks import ActorCritic
 from rlvitals.learner.ppo import PPOLearner, PPOSettings
 
 from .archive import RunArchive
+from .checkpoint import restore, save_checkpoint
 from .config import TrainConfig
+from .guard import NonFiniteGuard
 from .progress import ProgressLine
 
 
@@ -99,10 +101,12 @@ class RunTracker:
     started: float = field(default_factory=time.perf_counter)
     solved_after_s: float | None = None
     solved_at_env_steps: int | None = None
+    resume_offset: float = 0.0
+    """Training seconds before this process took over (resumed runs)."""
 
     @property
     def elapsed(self) -> float:
-        return time.perf_counter() - self.started
+        return self.resume_offset + time.perf_counter() - self.started
 
     def mean_return(self) -> float | None:
         return float(np.mean(self.window)) if self.window else None
@@ -135,11 +139,13 @@ def clean_row(row: dict) -> dict:
     return {k: v for k, v in row.items() if not (isinstance(v, float) and not math.isfinite(v))}
 
 
-def train_local(cfg: TrainConfig, archive: RunArchive, telemetry=None, stop=None) -> dict:
+def train_local(cfg: TrainConfig, archive: RunArchive, telemetry=None, stop=None, resume: dict | None = None) -> dict:
     """Collect, learn, repeat, in one process. Returns the run summary (also written to the archive)."""
     seed_everything(cfg.seed, cfg.torch_threads)
     device = resolve_device(cfg)
-    runner = EnvRunner(cfg.env, cfg.num_envs, env_seed(cfg.seed, 0))
+    # A resumed run cannot recover its envs' internal state; fresh seeds avoid replaying old episodes.
+    episode_seed = env_seed(cfg.seed, 0) + (resume["tracker"]["env_steps"] if resume else 0)
+    runner = EnvRunner(cfg.env, cfg.num_envs, episode_seed)
     net = make_network(cfg, runner.obs_space, runner.action_space)
     learner = None
     if cfg.agent == "ppo":
@@ -148,6 +154,9 @@ def train_local(cfg: TrainConfig, archive: RunArchive, telemetry=None, stop=None
     if learner is not None and device.type != "cpu":
         agent = DevicePolicy(net, device)
     tracker = RunTracker(cfg.total_env_steps, cfg.return_threshold)
+    if resume is not None and learner is not None:
+        restore(resume, net, learner, tracker, telemetry)
+    guard = NonFiniteGuard(archive.path, cfg.max_nonfinite_batches, telemetry)
     progress = ProgressLine(cfg.total_env_steps, enabled=cfg.progress)
     last_draw = 0.0
     stats: dict = {}
@@ -162,19 +171,18 @@ def train_local(cfg: TrainConfig, archive: RunArchive, telemetry=None, stop=None
                 telemetry.record_rollout(rollout)
                 telemetry.recorder.record_phase("wait", time.perf_counter() - t_collect)
                 telemetry.recorder.record_queue(0, 1)
-            if learner is not None:
+            if learner is not None and guard.inputs_ok(rollout):
                 if cfg.anneal_lr:
                     learner.set_learning_rate(cfg.learning_rate * max(0.0, 1 - tracker.env_steps / cfg.total_env_steps))
-                t0 = time.perf_counter()
                 stats = learner.learn(rollout)
-                stats["time_learn_total"] = time.perf_counter() - t0
                 if telemetry is not None:
-                    telemetry.record_learn(stats, rollout.env_steps)
+                    telemetry.record_learn(stats)
+                guard.update_ok(stats, rollout)
             tracker.updates += 1
             if tracker.updates % cfg.log_every_updates == 0:
                 archive.append_metrics(clean_row(_row(tracker, net, stats)))
             if learner is not None and tracker.updates % max(1, cfg.checkpoint_interval // max(1, _steps_per_update(cfg))) == 0:
-                save_checkpoint(archive, cfg, net, learner, tracker)
+                save_checkpoint(archive, cfg, net, learner, tracker, telemetry)
             now = time.perf_counter()
             if now - last_draw >= cfg.log_interval_seconds:
                 last_draw = now
@@ -182,12 +190,22 @@ def train_local(cfg: TrainConfig, archive: RunArchive, telemetry=None, stop=None
                                 tracker.mean_return(), {**stats, "age": net.age})
             if cfg.stop_at_threshold and tracker.solved_after_s is not None:
                 break
+    except BaseException as exc:  # Ctrl-C, a non-finite stop, an env error: keep what we had
+        finish_run(archive, cfg, net, learner, tracker, telemetry, stats,
+                   {"status": type(exc).__name__, "nonfinite_batches_skipped": guard.skipped})
+        raise
     finally:
         progress.close()
         runner.close()
-    if learner is not None:
-        save_checkpoint(archive, cfg, net, learner, tracker)
-    summary = tracker.summary(net.age, cfg.agent)
+    return finish_run(archive, cfg, net, learner, tracker, telemetry, stats,
+                      {"status": "completed", "nonfinite_batches_skipped": guard.skipped})
+
+
+def finish_run(archive, cfg, net, learner, tracker, telemetry, stats, extra: dict) -> dict:
+    """Final checkpoint, last metrics row and summary.json: written however the run ends."""
+    if learner is not None and tracker.updates > 0:
+        save_checkpoint(archive, cfg, net, learner, tracker, telemetry)
+    summary = {**tracker.summary(net.age, cfg.agent), **extra}
     archive.append_metrics(clean_row(_row(tracker, net, stats)))
     archive.write_summary(summary)
     return summary
@@ -203,15 +221,3 @@ def _row(tracker: RunTracker, net, stats: dict) -> dict:
            "wall_seconds": round(tracker.elapsed, 3)}
     row.update({k: v for k, v in stats.items() if isinstance(v, float) and not k.startswith("time_")})
     return row
-
-
-def save_checkpoint(archive: RunArchive, cfg: TrainConfig, net, learner: PPOLearner, tracker: RunTracker) -> None:
-    archive.save_checkpoint({
-        "config": cfg.to_dict(),
-        "network": net.state_dict(),
-        "optimizer": learner.optimizer.state_dict(),
-        "age": net.age,
-        "env_steps": tracker.env_steps,
-        "updates": tracker.updates,
-        "obs_space": None,
-    })

@@ -132,8 +132,8 @@ class Recorder:
         """
         with self.lock:
             self.learned += stats.get("samples_learned", 0.0)
-            if self._counts_arrivals:
-                self.collected += stats.get("samples", 0.0)
+            if self._counts_arrivals:  # learned or dropped as non-finite, they arrived
+                self.collected += stats.get("samples", 0.0) + stats.get("nonfinite_samples", 0.0)
             stats = dict(stats)
             if self.collected:
                 stats["training_intensity"] = self.learned / self.collected
@@ -151,7 +151,7 @@ class Recorder:
                         else:
                             self._set(name, stats[key], labels)
             if stats.get("nonfinite"):
-                self._inc("rlvitals_samples_dropped_total", stats.get("samples", 0.0), ("nonfinite",))
+                self._inc("rlvitals_samples_dropped_total", stats.get("nonfinite_samples", 0.0), ("nonfinite",))
             self._debug(stats)
 
     def _debug(self, stats: dict) -> None:

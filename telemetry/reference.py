@@ -6,15 +6,16 @@
 Everything on the page is derived from `catalogue.METRICS` and the recorder's
 component map, including the series counts per process, so the page cannot
 drift from what the exporters serve. The documented per-process series budget
-(ACTOR_SERIES, LEARNER_SERIES, LOCAL_SERIES, NODE_SERIES) is written out below by hand on
-purpose: the tests check that the catalogue still produces these numbers and
-that a real registry serves exactly that many series, so adding a series to a
-process is a deliberate, reviewed change.
+(ACTOR_SERIES, LEARNER_SERIES, LOCAL_SERIES, NODE_SERIES) is written out below
+by hand on purpose: the tests check that the catalogue still produces these
+numbers and that a real registry serves exactly that many series, so adding a
+series to a process is a deliberate, reviewed change.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from math import prod
 from pathlib import Path
@@ -46,8 +47,9 @@ SCALES_WITH = {
     "rlvitals_learner_layer_activation_std": "activation layer",
     "rlvitals_learner_layer_dead_ratio": "activation layer",
 }
-UNIT_OF_LABEL = {"device": "CUDA device", "gpu": "GPU", "layer": "network layer", "step": "rollout step"}
-# The default run (CartPole-v1, hidden_sizes 64,64, rollout_length 32), checked by the tests.
+UNIT_OF_LABEL = {**HARDWARE_LABELS, **DYNAMIC_LABELS}
+# Layers and rollout steps of the default run (CartPole-v1 with the config's default
+# hidden_sizes and rollout_length); the tests check them against TrainConfig.
 DEFAULT_RUN_SCALE = {"linear layer": 6, "activation layer": 4, "rollout step": 128}
 
 # Documented series budget per process, without GPUs and without the debug-only
@@ -72,11 +74,11 @@ LEVEL_TEXT = {
            "and runs where not even a scrape may cost anything.",
     "minimal": "Is the run alive and getting anywhere: learner steps and network age, samples consumed, "
                "actor throughput, episode returns and lengths, queue depth, dropped samples, actor "
-               "restarts, resident memory. Cheap enough for every long run and every actor of a large "
+               "restarts, process and machine memory. Cheap enough for every long run and every actor of a large "
                "cluster.",
     "standard": "Everything needed to localise a learning bug: relative entropy, KL, residual variance, "
                 "terminal correlations, value/target/advantage/reward statistics, update step and gradient "
-                "statistics, losses, staleness, time per phase, weight broadcasts, CPU, torch and GPU "
+                "statistics, losses, staleness, time per phase, weight broadcasts, CPU use, torch and GPU "
                 "memory, GPU vitals. The default.",
     "debug": "Adds the expensive, high-cardinality views: per-layer weight and gradient RMS, activation "
              "spread and dead units, the value/reward trace of one trajectory, and full histograms of value "
@@ -108,11 +110,6 @@ COMPONENT_TEXT = {
 
 
 # ------------------------------------------------------------------ counting
-def open_labels(metric: Metric) -> tuple[str, ...]:
-    """Labels of a metric without a closed set of values in the catalogue."""
-    return tuple(label for label in metric.labels if label not in metric.label_values)
-
-
 def closed_combinations(metric: Metric) -> int:
     """Series per value of the open labels: the product of the closed label sets."""
     return prod(len(metric.label_values[label]) for label in metric.labels if label in metric.label_values)
@@ -126,7 +123,7 @@ def fixed_series(metric: Metric) -> int:
         return 0
     if metric.kind == "histogram":
         # One sample per bucket plus +Inf, and _sum/_count where the exposition keeps them.
-        return (len(metric.buckets) + 1) * closed_combinations(metric) + len(exposed_names(metric)) - 1
+        return (len(metric.buckets) + 1 + len(exposed_names(metric)) - 1) * closed_combinations(metric)
     return closed_combinations(metric)
 
 
@@ -317,7 +314,7 @@ def render() -> str:
         out += ["", f"## {title}", "", text, "", f"Exported by: {processes}.", ""]
         for metric in members:
             out += _metric_block(metric)
-    return "\n".join(out).rstrip("\n") + "\n"
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).rstrip("\n") + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

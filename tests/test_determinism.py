@@ -63,7 +63,7 @@ def test_same_seed_gives_identical_checkpoint_tensors(runs):
     for name in a:
         assert torch.equal(a[name], b[name]), f"network tensor {name} differs between identical seeds"
     assert first["checkpoint"]["age"] == repeat["checkpoint"]["age"] > 0
-    assert first["checkpoint"]["env_steps"] == repeat["checkpoint"]["env_steps"]
+    assert first["checkpoint"]["tracker"]["env_steps"] == repeat["checkpoint"]["tracker"]["env_steps"]
 
 
 def test_different_seed_differs(runs):

@@ -133,7 +133,7 @@ def fake_learner_stats(offset: float = 0.0) -> dict:
     stats.pop("training_intensity")  # the recorder computes it
     for key in ("time_wait", "time_publish"):  # reported with record_phase, not by learn()
         stats.pop(key)
-    stats.update(staleness=3.0, samples=64.0, samples_learned=256.0, nonfinite=0.0)
+    stats.update(staleness=3.0, samples=64.0, samples_learned=256.0, nonfinite=0.0, nonfinite_samples=0.0)
     return stats
 
 
@@ -340,8 +340,12 @@ def test_counters_accumulate():
     recorder.record_phase("wait", 1.5)
     recorder.record_phase("wait", 0.25)
     assert registry.get_sample_value("rlvitals_learner_phase_seconds_total", {"phase": "wait"}) == 1.75
-    recorder.record_learn({**first, "nonfinite": 1.0})
+    # A batch skipped for non-finite values: its samples count as dropped, not learned.
+    consumed = registry.get_sample_value("rlvitals_learner_samples_consumed_total")
+    recorder.record_learn({**first, "nonfinite": 1.0, "nonfinite_samples": 64.0, "samples": 0.0,
+                           "samples_learned": 0.0, "learner_steps": 0.0})
     assert registry.get_sample_value("rlvitals_samples_dropped_total", {"reason": "nonfinite"}) == 64.0
+    assert registry.get_sample_value("rlvitals_learner_samples_consumed_total") == consumed
     assert registry.get_sample_value("rlvitals_samples_dropped_total", {"reason": "stale"}) == 0.0
     recorder.record_dropped("stale", 32)
     assert registry.get_sample_value("rlvitals_samples_dropped_total", {"reason": "stale"}) == 32.0
@@ -422,6 +426,9 @@ def test_learner_process_training_intensity_counts_what_reaches_it():
     recorder.record_dropped("stale", 64.0)
     recorder.record_learn({**fake_learner_stats(), "samples": 64.0, "samples_learned": 256.0})
     assert registry.get_sample_value("rlvitals_learner_training_intensity") == 512.0 / 192.0
+    recorder.record_learn({**fake_learner_stats(), "samples": 0.0, "samples_learned": 0.0, "nonfinite": 1.0,
+                           "nonfinite_samples": 64.0})
+    assert registry.get_sample_value("rlvitals_learner_training_intensity") == 512.0 / 256.0
 
 
 def test_episode_window_keeps_the_last_100():
@@ -1041,6 +1048,24 @@ def test_reference_defaults_match_the_config():
     finally:
         runner.close()
     assert reference.DEFAULT_RUN_SCALE == {**layer_counts(net), "rollout step": cfg.rollout_length}
+
+
+def test_documented_verbosity_precedence(tmp_path, monkeypatch):
+    """Flag beats the config file, the config file beats RLVITALS_VERBOSITY, which beats the default."""
+    from rlvitals.cli import build_parser, train_config_from_args
+
+    def level(*argv: str) -> str:
+        return train_config_from_args(build_parser().parse_args(["train", *argv])).verbosity
+
+    config = tmp_path / "run.yaml"
+    config.write_text("verbosity: minimal\n")
+    monkeypatch.delenv("RLVITALS_VERBOSITY", raising=False)
+    assert level() == reference.DEFAULT_LEVEL
+    monkeypatch.setenv("RLVITALS_VERBOSITY", "debug")
+    assert level() == "debug"
+    assert level("--config", str(config)) == "minimal"
+    assert level("--config", str(config), "--verbosity", "off") == "off"
+    assert level("--verbosity", "standard") == "standard"
 
 
 def test_reference_page_is_current(tmp_path, capsys):
