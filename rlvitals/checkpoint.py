@@ -88,11 +88,16 @@ def restore(state: dict, net, learner, tracker, telemetry=None) -> None:
         setattr(learner, key, value)
     restore_rng(state["rng"], net, learner)
     if telemetry is not None:
-        rec = telemetry.recorder
-        with rec.lock:
-            for name, labels, value in state["counters"]:
-                if name in rec.enabled:
-                    rec.values[(name, tuple(labels))] = float(value)
-            rec.collected = float(t["env_steps"])
-            rec.learned = float(state["learner"]["samples_learned"])
-        rec.record_age(net.age)
+        restore_counters(telemetry, state)
+        telemetry.recorder.record_age(net.age)
+
+
+def restore_counters(telemetry, state: dict) -> None:
+    """Counters continue from the checkpoint; done before the endpoint's first answer, so no scrape sees a reset."""
+    rec = telemetry.recorder
+    with rec.lock:
+        for name, labels, value in state["counters"]:
+            if name in rec.enabled:
+                rec.values[(name, tuple(labels))] = float(value)
+        rec.collected = float(state["tracker"]["env_steps"])
+        rec.learned = float(state["learner"]["samples_learned"])

@@ -47,7 +47,9 @@ class NonFiniteGuard:
     def inputs_ok(self, rollout) -> bool:
         """False (and the batch counted as dropped) when its inputs are non-finite."""
         where = nonfinite_inputs(rollout)
-        if where and self.telemetry is not None:
+        if not where:
+            return True  # the update may still go wrong: update_ok has the last word on this batch
+        if self.telemetry is not None:
             self.telemetry.recorder.record_dropped("nonfinite", rollout.env_steps)
         return self._note(where, rollout)
 

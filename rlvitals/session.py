@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 
 from .archive import RunArchive
+from .checkpoint import restore_counters
 from .config import TrainConfig
 
 
@@ -26,6 +27,7 @@ def run_training(cfg: TrainConfig, argv: list[str], resume: dict | None = None) 
 
             host = socket.gethostbyname(socket.gethostname())
         telemetry = ProcessTelemetry.start(
+            restore=(lambda t: restore_counters(t, resume)) if resume is not None else None,
             component="local" if cfg.mode == "local" else "learner", verbosity=cfg.verbosity, host=host,
             port=cfg.metrics_port,
             discovery_dir=str(archive.path / "discovery"),

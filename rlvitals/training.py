@@ -114,7 +114,8 @@ class RunTracker:
     def add_rollout(self, rollout) -> None:
         self.env_steps += rollout.env_steps
         self.episodes += len(rollout.episodes.returns)
-        self.window.extend(rollout.episodes.returns.tolist())
+        returns = rollout.episodes.returns
+        self.window.extend(returns[np.isfinite(returns)].tolist())  # a NaN reward's episode has no return
         if (self.return_threshold is not None and self.solved_after_s is None
                 and len(self.window) == self.window.maxlen and self.mean_return() >= self.return_threshold):
             self.solved_after_s = self.elapsed

@@ -111,9 +111,10 @@ class Recorder:
             self._set("rlvitals_actor_weight_version", rollout.policy_age)
             for phase in ("env_step", "inference", "weight_wait"):
                 self._inc("rlvitals_actor_phase_seconds_total", timings.get(phase, 0.0), (phase,))
-            if len(ep.returns):
-                self.returns.extend(ep.returns.tolist())
-                self.lengths.extend(ep.lengths.tolist())
+            finite = np.isfinite(ep.returns)
+            if finite.any():  # episodes with a NaN reward have no return to show
+                self.returns.extend(ep.returns[finite].tolist())
+                self.lengths.extend(ep.lengths[finite].tolist())
                 self.successes.extend(ep.successes.tolist())
                 for name, window in (("rlvitals_actor_episode_return", self.returns),
                                      ("rlvitals_actor_episode_length", self.lengths)):

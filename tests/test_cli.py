@@ -80,9 +80,6 @@ def bad_input_cases(scratch: Path, bound_port: int) -> list[Case]:
     full = scratch / "full-run-dir"
     full.mkdir()
     (full / "precious.txt").write_text("keep me")
-    runs_parent = scratch / "runs-parent"
-    (runs_parent / "r1").mkdir(parents=True)
-    (runs_parent / "r1" / "config.yaml").write_text("env: CartPole-v1\nseed: 0\n")
 
     def train(case_id, args, names):
         return Case(case_id, ["train", *args, "--run-dir", scratch / f"run-{case_id}"], names,
@@ -102,25 +99,19 @@ def bad_input_cases(scratch: Path, bound_port: int) -> list[Case]:
         train("port-in-use", ["--metrics-port", str(bound_port)], [f"metrics_port={bound_port}", "in use"]),
         train("minibatches-not-dividing", ["--num-minibatches", str(NOT_DIVIDING)],
               [f"num_minibatches={NOT_DIVIDING}", str(DEFAULTS.batch_size)]),
-        train("unknown-flag", ["--no-such-flag", "1"], ["--no-such-flag"]),
         Case("run-dir-not-empty", ["train", "--total-env-steps", "64", "--run-dir", full], [str(full), "not empty"],
              run_dir=full, existing={"precious.txt": "keep me"}),
         Case("eval-missing-run-dir", ["eval", "--run-dir", "/nonexistent"], ["run_dir='/nonexistent'"],
              run_dir=Path("/nonexistent")),
         Case("eval-zero-episodes", ["eval", "--run-dir", scratch / "no-run", "--episodes", "0"], ["--episodes=0"],
              run_dir=scratch / "no-run"),
-        Case("runs-missing-directory", ["runs", scratch / "no-runs-here"], [str(scratch / "no-runs-here")],
-             run_dir=scratch / "no-runs-here"),
-        Case("runs-bad-filter", ["runs", runs_parent, "--filter", "colour"], ["--filter", "'colour'"]),
-        Case("runs-bad-sort", ["runs", runs_parent, "--sort=-colour"], ["--sort", "'-colour'"]),
     ]
 
 
 CASE_IDS = [  # the ids of bad_input_cases(), in order (checked by the fixture)
     "unknown-env", "zero-steps", "negative-envs", "bad-verbosity", "missing-config", "unknown-config-key",
     "config-not-mapping", "gamma-above-one", "learning-rate-text", "port-out-of-range", "port-in-use",
-    "minibatches-not-dividing", "unknown-flag", "run-dir-not-empty", "eval-missing-run-dir", "eval-zero-episodes",
-    "runs-missing-directory", "runs-bad-filter", "runs-bad-sort"]
+    "minibatches-not-dividing", "run-dir-not-empty", "eval-missing-run-dir", "eval-zero-episodes"]
 
 
 @pytest.fixture(scope="module")
@@ -146,6 +137,27 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(bad_input, case_id):
     elif case.run_dir is not None:
         assert not case.run_dir.exists(), f"{case.run_dir} was created"
     assert list(cwd.iterdir()) == [], "nothing may be written to the working directory (no default runs/ dir)"
+
+
+@pytest.mark.parametrize("args, names", [
+    (["train", "--no-such-flag", "1"], ["--no-such-flag"]),
+    (["runs", "{tmp}/no-runs-here"], ["{tmp}/no-runs-here"]),
+    (["runs", "{tmp}", "--filter", "colour"], ["--filter", "'colour'"]),
+    (["runs", "{tmp}", "--sort=-colour"], ["--sort", "'-colour'"]),
+], ids=["unknown-flag", "runs-missing-directory", "runs-bad-filter", "runs-bad-sort"])
+def test_more_bad_input_in_process(tmp_path, capsys, args, names):
+    """The same contract through `rlvitals.cli.main` in this process (no interpreter start-up per case)."""
+    from rlvitals.cli import main
+
+    (tmp_path / "r1").mkdir()
+    (tmp_path / "r1" / "config.yaml").write_text("env: CartPole-v1\nseed: 0\n")
+    capsys.readouterr()
+    code = main([a.replace("{tmp}", str(tmp_path)) for a in args])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert len(err.splitlines()) == 1 and err.startswith("rlvitals: error: "), err
+    for name in names:
+        assert name.replace("{tmp}", str(tmp_path)) in err
 
 
 # ------------------------------------------------------------------ happy path

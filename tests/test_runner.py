@@ -119,9 +119,9 @@ class FaultyEnv(gym.Env):
 
 
 class HandRolledVectorEnv(gym.vector.VectorEnv):
-    """A user's own vector env: declares an autoreset mode, optionally returns observations of the wrong shape."""
+    """A user's own vector env: declares an autoreset mode; optionally returns bad observations or rewards."""
 
-    def __init__(self, num_envs: int, autoreset_mode=AutoresetMode.NEXT_STEP, obs_dim: int = 2, **_):
+    def __init__(self, num_envs: int, autoreset_mode=AutoresetMode.NEXT_STEP, obs_dim: int = 2, reward=None, **_):
         self.num_envs = num_envs
         self.single_observation_space = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
         self.single_action_space = spaces.Discrete(2)
@@ -129,14 +129,15 @@ class HandRolledVectorEnv(gym.vector.VectorEnv):
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
         self.metadata = {"autoreset_mode": autoreset_mode}
         self.obs_dim = obs_dim
+        self.reward = reward  # one value for every sub-env; None means proper zero rewards
 
     def reset(self, *, seed=None, options=None):
         return np.zeros((self.num_envs, 2), dtype=np.float32), {}
 
     def step(self, actions):
         n = self.num_envs
-        return (np.zeros((n, self.obs_dim), dtype=np.float32), np.zeros(n), np.zeros(n, bool),
-                np.zeros(n, bool), {})
+        rewards = np.zeros(n) if self.reward is None else [self.reward[0]] * n
+        return np.zeros((n, self.obs_dim), dtype=np.float32), rewards, np.zeros(n, bool), np.zeros(n, bool), {}
 
 
 COUNTER = _register("Counter", entry_point=CounterEnv, max_episode_steps=TRUNCATE_AT)
@@ -370,8 +371,7 @@ def test_env_raising_in_step_names_env_seed_and_step():
 
 
 @pytest.mark.parametrize("fault, words", [
-    ("string_reward", "lots"),
-    ("none_reward", "reward"),
+    ("string_reward", "'lots'"),
     ("obs_shape", "shape"),
 ])
 def test_unusable_step_results_are_one_line_errors(fault, words):
@@ -381,6 +381,22 @@ def test_unusable_step_results_are_one_line_errors(fault, words):
     message = str(info.value)
     assert "\n" not in message
     assert env_id in message and "seed 5" in message and "step 3" in message and words in message
+
+
+@pytest.mark.parametrize("name, reward, words", [
+    ("NoneReward", (None,), "reward"),
+    ("TextReward", ("lots",), "'lots'"),
+])
+def test_vector_env_returning_non_numeric_rewards_is_a_one_line_error(name, reward, words):
+    # A gymnasium SyncVectorEnv turns a sub-env's None reward into NaN before the runner sees it,
+    # so None is checked here through a vector env that hands its rewards over as they are.
+    env_id = _register(name, entry_point=FaultyEnv,
+                       vector_entry_point=lambda num_envs, **kw: HandRolledVectorEnv(num_envs, reward=reward))
+    with pytest.raises(EnvStepError) as info:
+        _collect(env_id, seed=4)
+    message = str(info.value)
+    assert "\n" not in message
+    assert env_id in message and "seed 4" in message and "step 0" in message and words in message
 
 
 def test_wrong_shaped_reset_observation_is_a_one_line_error():

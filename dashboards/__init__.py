@@ -1,0 +1,17 @@
+"""Grafana dashboards generated from the telemetry catalogue.
+
+`generate` builds the dashboard JSON files in this folder from
+`rlvitals.telemetry.catalogue` (run `python -m rlvitals.dashboards.generate`,
+or with `--check` to fail when a committed file is out of date). The JSON
+files are package data: `rlvitals dashboards push` and `rlvitals stack up`
+read them from here.
+"""
+
+from pathlib import Path
+
+DASHBOARD_DIR = Path(__file__).resolve().parent
+
+
+def dashboard_files() -> list[Path]:
+    """The generated dashboard files, in a stable order."""
+    return sorted(DASHBOARD_DIR.glob("*.json"))
