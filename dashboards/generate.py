@@ -563,17 +563,18 @@ def write_all(out_dir: Path = OUT_DIR) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rlvitals.dashboards.generate", description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if a committed dashboard file is out of date")
+    parser.add_argument("--dir", type=Path, default=OUT_DIR, help=f"folder of the dashboard files (default {OUT_DIR})")
     args = parser.parse_args(argv)
     try:
         if args.check:
-            stale = stale_files()
+            stale = stale_files(args.dir)
             if stale:
                 print(f"dashboards out of date: {', '.join(stale)}; run `python -m rlvitals.dashboards.generate`",
                       file=sys.stderr)
                 return 1
             print("dashboards are up to date")
             return 0
-        for path in write_all():
+        for path in write_all(args.dir):
             print(f"wrote {path}")
     except CatalogueError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -74,6 +74,11 @@ def build_parser() -> Parser:
     doctor = sub.add_parser("doctor", help="run the probe-environment ladder and name the broken component")
     doctor.add_argument("--seed", type=int, default=0)
     doctor.add_argument("--keep", metavar="DIR", help="keep the probe runs under DIR instead of a temp dir")
+
+    from . import dashboards_cli, stack
+
+    dashboards_cli.add_parser(sub)
+    stack.add_parser(sub)
     return parser
 
 
@@ -207,19 +212,34 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if run_doctor(seed=args.seed, keep=args.keep) else 1
 
 
-COMMANDS = {"train": cmd_train, "eval": cmd_eval, "runs": cmd_runs, "doctor": cmd_doctor}
+def cmd_dashboards(args: argparse.Namespace) -> int:
+    from .dashboards_cli import run
+
+    return run(args)
+
+
+def cmd_stack(args: argparse.Namespace) -> int:
+    from .stack import run
+
+    return run(args)
+
+
+COMMANDS = {"train": cmd_train, "eval": cmd_eval, "runs": cmd_runs, "doctor": cmd_doctor,
+            "dashboards": cmd_dashboards, "stack": cmd_stack}
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rlvitals.actors.envs import EnvError
-    from rlvitals.actors.runner import EnvStepError
+    from rlvitals.actors.envs import EnvError  # light: no torch
 
-    from .guard import NonFiniteError
 
     import logging
 
     logging.basicConfig(level=logging.WARNING, format="rlvitals: %(message)s")
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `--sort -final_return` would read as an unknown option: bind the value to its flag.
+    argv = [f"{a}={argv[i + 1]}" if a == "--sort" and i + 1 < len(argv) else a for i, a in enumerate(argv)
+            if not (i > 0 and argv[i - 1] == "--sort")]
     try:
         args = parser.parse_args(argv)
         return COMMANDS[args.command](args)
@@ -229,9 +249,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("rlvitals: interrupted (run archive and checkpoint written)", file=sys.stderr)
         return 130
-    except (NonFiniteError, EnvStepError) as exc:
-        print(f"rlvitals: error: {exc}", file=sys.stderr)
-        return 1
+    except Exception as exc:
+        runtime = tuple(getattr(sys.modules[m], n) for m, n in (("rlvitals.actors.runner", "EnvStepError"),
+                                                                ("rlvitals.guard", "NonFiniteError"))
+                        if m in sys.modules)
+        if runtime and isinstance(exc, runtime):
+            print(f"rlvitals: error: {exc}", file=sys.stderr)
+            return 1
+        raise
 
 
 if __name__ == "__main__":

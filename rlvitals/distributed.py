@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from dataclasses import asdict
 
@@ -20,6 +21,7 @@ import torch
 
 from rlvitals.actors.envs import env_seed, make_vector_env
 from rlvitals.actors.rollout import EpisodeStats, Rollout
+from rlvitals.actors.runner import EnvStepError
 from rlvitals.telemetry.process import write_target
 
 from .archive import RunArchive
@@ -108,9 +110,11 @@ def seed_for_actor(seed: int, actor_id: int) -> int:
 class RolloutWorker:
     """Body of a Ray actor: an env runner plus a CPU copy of the network, and its own telemetry."""
 
-    def __init__(self, cfg_dict: dict, actor_id: int, run_info: dict):
+    def __init__(self, cfg_dict: dict, actor_id: int, run_info: dict, ledger=None):
         import ray
 
+        if ledger is not None:  # first thing, so even an incarnation killed during start-up is counted
+            ray.get(ledger.started.remote(actor_id, os.getpid()))
         from rlvitals.actors.runner import EnvRunner
         from rlvitals.telemetry.process import ProcessTelemetry
 
@@ -146,7 +150,13 @@ class RolloutWorker:
             self.net.load_state_dict(ray.get(weights[0]))
             self.version = version
         waited = time.perf_counter() - t0
-        rollout = self.runner.collect(self.agent, self.cfg.rollout_length)
+        try:
+            rollout = self.runner.collect(self.agent, self.cfg.rollout_length)
+        except EnvStepError as exc:
+            # The env's state cannot be trusted any more: say why, then die so Ray restarts us
+            # with fresh envs (the driver counts the restart).
+            print(f"rlvitals: actor {self.actor_id}: {exc}", file=sys.stderr, flush=True)
+            os._exit(3)
         rollout.timings["weight_wait"] = waited
         if self.telemetry is not None:
             self.telemetry.record_rollout(rollout)
@@ -155,6 +165,23 @@ class RolloutWorker:
     def crash(self) -> None:
         """For fault-injection tests: end this process as a kill -9 would."""
         os._exit(1)
+
+
+class IncarnationLedger:
+    """Counts actor processes as they start: restarts = starts - actors.
+
+    Counting starts is exact where counting failures is not: one death fails
+    several tasks, and calls made during a restart can fail without a new death.
+    """
+
+    def __init__(self):
+        self.starts: dict[int, list[int]] = {}
+
+    def started(self, actor_id: int, pid: int) -> None:
+        self.starts.setdefault(actor_id, []).append(pid)
+
+    def restarts(self) -> int:
+        return sum(len(pids) - 1 for pids in self.starts.values())
 
 
 class NodeSidecar:
@@ -206,7 +233,8 @@ class Cluster:
         worker_cls = ray.remote(RolloutWorker).options(
             num_cpus=cfg.actor_cpus, num_gpus=cfg.actor_gpus, max_restarts=-1, max_task_retries=0)
         cfg_dict = asdict(cfg)
-        self.actors = [worker_cls.remote(cfg_dict, i, run_info) for i in range(self.num_actors)]
+        self.ledger = ray.remote(IncarnationLedger).options(num_cpus=0).remote()
+        self.actors = [worker_cls.remote(cfg_dict, i, run_info, self.ledger) for i in range(self.num_actors)]
         self.sidecars = []
         if cfg.verbosity != "off":
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -218,6 +246,7 @@ class Cluster:
                     self.sidecars.append(sidecar_cls.options(num_cpus=0, scheduling_strategy=strategy)
                                          .remote(cfg.verbosity, cfg.metrics_host, run_info))
         self.pids: dict[int, int] = {}
+        self.generation = [0] * len(self.actors)
         self.restarts = 0
         self.produced = self.learned_samples = self.in_flight = 0
         self.dropped = {"stale": 0, "nonfinite": 0}
@@ -246,32 +275,53 @@ class Cluster:
         i = info["actor_id"]
         previous = self.pids.get(i)
         if previous is not None and previous != info["pid"]:
-            self.restarts += 1
-            if self.telemetry is not None:
-                self.telemetry.recorder.record_restart()
-            log.warning("actor %d restarted (pid %d -> %d)", i, previous, info["pid"])
+            log.warning("actor %d is back (pid %d -> %d)", i, previous, info["pid"])
         self.pids[i] = info["pid"]
         self._write(f"actor-{i}", info["address"], {"component": "actor", "node": info["node"]})
 
-    def actor_failed(self, i: int, error: Exception) -> None:
-        """Log the cause and ask for the restarted actor's endpoint (Ray restarts it)."""
-        log.warning("actor %d failed: %s", i, str(error).strip().splitlines()[-1][:300] if str(error) else error)
-        if isinstance(error, self.ray.exceptions.RayTaskError) and not isinstance(
-                error, self.ray.exceptions.RayActorError):
-            # The env raised: its state cannot be trusted, so restart the actor process.
-            self.ray.kill(self.actors[i], no_restart=False)
-        self.pending_endpoints[self.actors[i].endpoint.remote()] = i
+    # Each task remembers the incarnation ("generation") of the actor it was sent to, so the several
+    # tasks that fail with one death are handled once. After a death nothing is sent to the actor
+    # until its endpoint call answers, proof that the new incarnation is up.
+    def submit(self, i: int, weights, version: int):
+        return self.actors[i].collect.remote(weights, version), (i, self.generation[i])
 
-    def poll_endpoints(self) -> None:
-        if not self.pending_endpoints:
-            return
-        ready, _ = self.ray.wait(list(self.pending_endpoints), num_returns=len(self.pending_endpoints), timeout=0)
-        for ref in ready:
-            i = self.pending_endpoints.pop(ref)
-            try:
-                self._note_actor(self.ray.get(ref))
-            except self.ray.exceptions.RayError:
-                self.pending_endpoints[self.actors[i].endpoint.remote()] = i
+    def actor_failed(self, task: tuple[int, int], error: Exception) -> None:
+        i, generation = task
+        if generation != self.generation[i]:
+            return  # this incarnation's death is already handled
+        self.generation[i] += 1
+        cause = str(error).strip().splitlines()[-1][:300] if str(error).strip() else type(error).__name__
+        log.warning("actor %d failed and is restarted by Ray: %s", i, cause)
+        self.pending_endpoints[self.actors[i].endpoint.remote()] = (i, self.generation[i])
+
+    def count_restarts(self) -> int:
+        try:
+            restarts = self.ray.get(self.ledger.restarts.remote(), timeout=30)
+        except self.ray.exceptions.RayError:
+            return self.restarts  # the ledger is gone (cluster shutting down): keep the last count
+        if self.telemetry is not None:
+            for _ in range(restarts - self.restarts):
+                self.telemetry.recorder.record_restart()
+        self.restarts = restarts
+        return restarts
+
+    def endpoint_answered(self, ref) -> int | None:
+        """The actor index if its new incarnation is up, None if it died again (counted, asked again)."""
+        i, generation = self.pending_endpoints.pop(ref)
+        try:
+            self._note_actor(self.ray.get(ref))
+        except self.ray.exceptions.RayError:
+            # Still restarting (or died again while it did): ask again.
+            self.pending_endpoints[self.actors[i].endpoint.remote()] = (i, generation)
+            return None
+        self.count_restarts()
+        return i
+
+    def wait_until_back(self, i: int) -> None:
+        while any(task[0] == i for task in self.pending_endpoints.values()):
+            ref = next(r for r, task in self.pending_endpoints.items() if task[0] == i)
+            self.ray.wait([ref], num_returns=1)
+            self.endpoint_answered(ref)
 
     # --- sample accounting: produced = learned + dropped + in flight, checked at the end of a run
     def received(self, samples: int) -> None:
@@ -301,7 +351,7 @@ class Cluster:
                 "in_flight": self.in_flight}
 
     def shutdown(self) -> None:
-        for handle in self.actors + self.sidecars:
+        for handle in self.actors + self.sidecars + [self.ledger]:
             try:
                 self.ray.kill(handle, no_restart=True)
             except Exception:
@@ -359,7 +409,7 @@ def train_ray(cfg: TrainConfig, archive: RunArchive, telemetry=None, stop=None, 
 
 
 def _ray_summary(cfg, cluster, guard) -> dict:
-    return {"mode": "ray", "num_actors": cluster.num_actors, "sync": cfg.sync, "actor_restarts": cluster.restarts,
+    return {"mode": "ray", "num_actors": cluster.num_actors, "sync": cfg.sync, "actor_restarts": cluster.count_restarts(),
             "nonfinite_batches_skipped": guard.skipped, "samples": cluster.accounting()}
 
 
@@ -390,17 +440,18 @@ def _sync_loop(cfg, ray, cluster, net, learner, tracker, archive, telemetry, sto
     weights, version = _publish(ray, net, telemetry)
     while not tracker.done() and not (stop is not None and stop()):
         t0 = time.perf_counter()
-        refs = {a.collect.remote(weights, version): i for i, a in enumerate(cluster.actors)}
+        refs = dict(cluster.submit(i, weights, version) for i in range(len(cluster.actors)))
         rollouts: dict[int, Rollout] = {}
         while refs:
             ready, _ = ray.wait(list(refs), num_returns=1)
-            i = refs.pop(ready[0])
+            task = refs.pop(ready[0])
             try:
-                rollouts[i] = ray.get(ready[0])
+                rollouts[task[0]] = ray.get(ready[0])
             except ray.exceptions.RayError as exc:
-                cluster.actor_failed(i, exc)
-                refs[cluster.actors[i].collect.remote(weights, version)] = i
-        cluster.poll_endpoints()
+                cluster.actor_failed(task, exc)
+                cluster.wait_until_back(task[0])
+                ref, task = cluster.submit(task[0], weights, version)
+                refs[ref] = task
         batch = concat_rollouts([rollouts[i] for i in sorted(rollouts)])
         tracker.add_rollout(batch)
         if telemetry is not None:
@@ -418,21 +469,27 @@ def _async_loop(cfg, ray, cluster, net, learner, tracker, archive, telemetry, st
     weights, version = _publish(ray, net, telemetry)
     in_flight: dict = {}
     for _ in range(cfg.rollouts_in_flight):
-        for i, actor in enumerate(cluster.actors):
-            in_flight[actor.collect.remote(weights, version)] = i
+        for i in range(len(cluster.actors)):
+            ref, task = cluster.submit(i, weights, version)
+            in_flight[ref] = task
     capacity = len(cluster.actors) * cfg.rollouts_in_flight
     while not tracker.done() and not (stop is not None and stop()):
         t0 = time.perf_counter()
-        ready, _ = ray.wait(list(in_flight), num_returns=1)
+        ready, _ = ray.wait(list(in_flight) + list(cluster.pending_endpoints), num_returns=1)
         ref = ready[0]
-        i = in_flight.pop(ref)
+        if ref in cluster.pending_endpoints:
+            back = cluster.endpoint_answered(ref)
+            for _ in range(cfg.rollouts_in_flight if back is not None else 0):
+                ref, task = cluster.submit(back, weights, version)
+                in_flight[ref] = task
+            continue
+        task = in_flight.pop(ref)
+        i = task[0]
         try:
             rollout = ray.get(ref)
         except ray.exceptions.RayError as exc:
-            cluster.actor_failed(i, exc)
-            in_flight[cluster.actors[i].collect.remote(weights, version)] = i
+            cluster.actor_failed(task, exc)  # resubmitted once its endpoint answers
             continue
-        cluster.poll_endpoints()
         if telemetry is not None:
             telemetry.recorder.record_phase("wait", time.perf_counter() - t0)
             done_now, _ = ray.wait(list(in_flight), num_returns=len(in_flight), timeout=0)
@@ -443,13 +500,15 @@ def _async_loop(cfg, ray, cluster, net, learner, tracker, archive, telemetry, st
             cluster.dropped["stale"] += rollout.env_steps
             if telemetry is not None:
                 telemetry.recorder.record_dropped("stale", rollout.env_steps)
-            in_flight[cluster.actors[i].collect.remote(weights, version)] = i
+            ref, task = cluster.submit(i, weights, version)
+            in_flight[ref] = task
             continue
         tracker.add_rollout(rollout)
         stats = state["stats"] = _learn(cfg, learner, rollout, tracker, telemetry, guard)
         cluster.learned(stats, rollout.env_steps)
         if learner is not None:
             weights, version = _publish(ray, net, telemetry)
-        in_flight[cluster.actors[i].collect.remote(weights, version)] = i
+        ref, task = cluster.submit(i, weights, version)
+        in_flight[ref] = task
         _after_update(cfg, tracker, net, learner, archive, stats, telemetry)
     cluster.count_in_flight(in_flight)

@@ -217,8 +217,9 @@ def _steps_per_update(cfg: TrainConfig) -> int:
 
 
 def _row(tracker: RunTracker, net, stats: dict) -> dict:
-    row = {"updates": tracker.updates, "env_steps": tracker.env_steps, "episodes": tracker.episodes,
-           "learner_steps": net.age, "mean_return_last_100": tracker.mean_return(),
-           "wall_seconds": round(tracker.elapsed, 3)}
-    row.update({k: v for k, v in stats.items() if isinstance(v, float) and not k.startswith("time_")})
+    """One metrics.jsonl row: the batch's statistics, then the run's counters (which win on a clash)."""
+    row = {k: v for k, v in stats.items() if isinstance(v, float) and not k.startswith("time_")}
+    row.update({"updates": tracker.updates, "env_steps": tracker.env_steps, "episodes": tracker.episodes,
+                "learner_steps": net.age, "mean_return_last_100": tracker.mean_return(),
+                "wall_seconds": round(tracker.elapsed, 3)})
     return row

@@ -178,6 +178,17 @@ def run_promtool(*args: str) -> subprocess.CompletedProcess:
 
 
 # ---------------------------------------------------------------- static checks
+def test_prometheus_config_passes_promtool_and_loads_the_rules():
+    config = PROM_DIR / "prometheus.yml"
+    result = run_promtool("check", "config", str(config))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 rule files found" in result.stdout + result.stderr
+    parsed = yaml.safe_load(config.read_text())
+    jobs = {job["job_name"]: job for job in parsed["scrape_configs"]}
+    assert jobs["rlvitals"]["file_sd_configs"][0]["files"] == ["targets/*.json"]
+    assert "/tmp/ray/prom_metrics_service_discovery.json" in jobs["ray"]["file_sd_configs"][0]["files"]
+
+
 def test_rule_files_exist_and_promtool_checks_them():
     assert RULE_FILES, "no rule files under deploy/prometheus/rules/"
     result = run_promtool("check", "rules", *map(str, RULE_FILES))

@@ -241,7 +241,8 @@ def test_train_writes_a_complete_archive(two_runs):
         assert (a / name).is_file(), name
 
     config = yaml.safe_load((a / "config.yaml").read_text())
-    assert (config["env"], config["seed"], config["total_env_steps"], config["mode"]) == ("CartPole-v1", 1, 4096, "local")
+    assert (config["env"], config["seed"], config["total_env_steps"], config["mode"]) == \
+        ("CartPole-v1", 1, 4096, "local")
     assert config["run_dir"] == str(a)
 
     meta = json.loads((a / "meta.json").read_text())

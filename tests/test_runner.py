@@ -225,7 +225,8 @@ def test_collect_pairs_rewards_with_observations_and_marks_resets():
             episode, step = obs[t, i]
             if not valid[t, i]:
                 assert rewards[t, i] == 0 and not terminated[t, i] and not truncated[t, i]
-                assert tuple(obs[t + 1, i]) == (episode + 1, 0), "a reset step must lead to the next episode's first obs"
+                assert tuple(obs[t + 1, i]) == (episode + 1, 0), \
+                    "a reset step must lead to the next episode's first obs"
                 continue
             assert rewards[t, i] == step, f"reward at t={t} env={i} is not paired with the obs it followed"
             assert tuple(obs[t + 1, i]) == (episode, step + 1), \
