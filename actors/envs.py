@@ -34,22 +34,32 @@ def resolve_env_id(env_id: str) -> str:
             raise EnvError(f"env={env_id!r} is invalid: module {module!r} cannot be imported ({exc})") from None
         env_id = name
     if env_id not in gym.registry:
+        from . import atari
+
+        atari.register(env_id)  # ALE ids: ale-py registers them (one-line error when it is missing)
+    if env_id not in gym.registry:
         close = difflib.get_close_matches(env_id, list(gym.registry.keys()), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else "; expected a registered gymnasium id or module:EnvId"
         raise EnvError(f"env={env_id!r} is not a registered gymnasium environment{hint}")
     return env_id
 
 
-def make_vector_env(env_id: str, num_envs: int) -> gym.vector.VectorEnv:
+def make_vector_env(env_id: str, num_envs: int, atari_options=None) -> gym.vector.VectorEnv:
     """A vector env of `num_envs` copies in NEXT_STEP autoreset mode.
 
     Uses the env's own vectorised implementation when it has one (CartPole's
     runs ~50x faster than a loop over copies), else a synchronous vector env;
-    process-based vectorisation is the Ray mode's job, not this one's.
+    process-based vectorisation is the Ray mode's job, not this one's. ALE ids
+    get the standard Atari preprocessing (see actors/atari.py; `atari_options`
+    is an atari.AtariOptions).
     """
+    from . import atari
+
     env_id = resolve_env_id(env_id)
     spec = gym.spec(env_id)
-    if spec.vector_entry_point is not None:
+    if atari.is_atari(spec):
+        env = atari.make_atari_vector_env(env_id, num_envs, atari_options)
+    elif spec.vector_entry_point is not None:
         env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point")
     else:
         env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",

@@ -105,6 +105,46 @@ class ImageIntake(nn.Module):
         return self.fc(self.conv(self._prepare(x)))
 
 
+class _Residual(nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv0 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x):
+        return x + self.conv1(F.relu(self.conv0(F.relu(x))))
+
+
+class ImpalaIntake(nn.Module):
+    """IMPALA ResNet trunk (Espeholt et al., 2018) for uint8 images (HWC or CHW).
+
+    Per stage a 3x3 conv, a 3x3 stride-2 max-pool and two residual blocks;
+    stages of 16, 32 and 32 channels, then one 256-unit layer.
+    """
+
+    _prepare = ImageIntake._prepare
+
+    def __init__(self, shape: tuple[int, ...], stages: tuple[int, ...] = (16, 32, 32), width: int = 256):
+        super().__init__()
+        self.channels_last = shape[-1] <= 4 < shape[0]
+        c = shape[-1] if self.channels_last else shape[0]
+        layers: list[nn.Module] = []
+        for out in stages:
+            layers += [nn.Conv2d(c, out, 3, padding=1), nn.MaxPool2d(3, 2, padding=1), _Residual(out), _Residual(out)]
+            c = out
+        self.conv = nn.Sequential(*layers, nn.ReLU(), nn.Flatten())
+        with torch.no_grad():
+            n = self.conv(self._prepare(torch.zeros(1, *shape))).shape[-1]
+        self.fc = nn.Sequential(_init(nn.Linear(n, width), math.sqrt(2)), nn.ReLU())
+        self.out_dim = width
+
+    def forward(self, x):
+        return self.fc(self.conv(self._prepare(x)))
+
+
+IMAGE_INTAKES = {"nature": ImageIntake, "impala": ImpalaIntake}
+
+
 class VectorIntake(nn.Module):
     """Flattens a Box observation (or one-hots a Discrete one) and runs a tanh MLP."""
 
@@ -129,14 +169,17 @@ class ActorCritic(nn.Module):
     """Policy and value heads on intakes chosen from the observation space.
 
     Vector observations get separate policy and value MLPs (sharing hurts small
-    control tasks); images share one CNN. `age` counts optimizer steps: it is
+    control tasks); images share one CNN (`image_network`: `nature` or `impala`). `age` counts optimizer steps: it is
     the version stamped on every sample this network produces.
     """
 
-    def __init__(self, obs_space: gym.Space, action_space: gym.Space, hidden_sizes=(64, 64)):
+    def __init__(self, obs_space: gym.Space, action_space: gym.Space, hidden_sizes=(64, 64),
+                 image_network: str = "nature"):
         super().__init__()
         if isinstance(obs_space, gym.spaces.Box) and obs_space.dtype == np.uint8 and len(obs_space.shape) == 3:
-            self.policy_intake = ImageIntake(tuple(obs_space.shape))
+            if image_network not in IMAGE_INTAKES:
+                raise ValueError(f"image_network={image_network!r} is invalid: expected one of {', '.join(IMAGE_INTAKES)}")
+            self.policy_intake = IMAGE_INTAKES[image_network](tuple(obs_space.shape))
             self.value_intake = self.policy_intake
         else:
             self.policy_intake = VectorIntake(obs_space, tuple(hidden_sizes))

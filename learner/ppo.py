@@ -5,6 +5,7 @@ The loss is `ppo_loss`; everything else here is the update loop around it.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -33,6 +34,7 @@ class PPOSettings:
     normalize_advantages: bool
     vtrace_rho_clip: float
     vtrace_c_clip: float
+    mixed_precision: bool = False
 
 
 def ppo_loss(net, obs, actions, behaviour_logp, advantages, value_targets, s: PPOSettings):
@@ -69,6 +71,7 @@ class PPOLearner:
         self.samples_learned = 0
         self.updates = 0
         self.nonfinite_batches = 0
+        self.amp = settings.mixed_precision and device.type == "cuda"
 
     def set_learning_rate(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
@@ -82,21 +85,18 @@ class PPOLearner:
         T, N = rollout.num_steps, rollout.num_envs
         valid_flat = rollout.valid.reshape(-1)
         index = valid_flat.nonzero().squeeze(-1)       # host-side: no device sync
-        obs = rollout.obs.to(dev, non_blocking=True)
-        actions = rollout.actions.to(dev, non_blocking=True)
-        rewards = rollout.rewards.to(dev, non_blocking=True)
-        terminated, truncated, valid = (x.to(dev, non_blocking=True) for x in
-                                        (rollout.terminated, rollout.truncated, rollout.valid))
-        behaviour_params = rollout.behaviour_params.to(dev, non_blocking=True)
-        behaviour_logp = rollout.behaviour_logp.to(dev, non_blocking=True)
-        index = index.to(dev, non_blocking=True)
+        obs, actions, rewards, terminated, truncated, valid, behaviour_params, behaviour_logp, index = (
+            _to_device(x, dev) for x in (rollout.obs, rollout.actions, rollout.rewards, rollout.terminated,
+                                         rollout.truncated, rollout.valid, rollout.behaviour_params,
+                                         rollout.behaviour_logp, index))
         done = terminated | truncated
         t1 = time.perf_counter()
 
         # Targets from the network as it is when the batch arrives (V-trace corrects staleness).
         with torch.no_grad():
-            with diag.ActivationProbe(net, enabled=self.debug) as activations:
+            with diag.ActivationProbe(net, enabled=self.debug) as activations, self._autocast():
                 params_all, values_all = net(obs.reshape(-1, *obs.shape[2:]))
+            params_all, values_all = params_all.float(), values_all.float()  # no-ops without autocast
             values_all = values_all.reshape(T + 1, N)
             params = params_all.reshape(T + 1, N, -1)[:T]
             log_rhos = net.dist.log_prob(params, actions) - behaviour_logp
@@ -124,8 +124,9 @@ class PPOLearner:
             order = torch.randperm(count, generator=self.generator).to(dev, non_blocking=True)
             for mb in order.chunk(s.num_minibatches):
                 ta = time.perf_counter()
-                loss, parts, mb_params = ppo_loss(net, mb_obs[mb], mb_actions[mb], mb_logp[mb],
-                                                  mb_adv[mb], mb_targets[mb], s)
+                with self._autocast():
+                    loss, parts, mb_params = ppo_loss(net, mb_obs[mb], mb_actions[mb], mb_logp[mb],
+                                                      mb_adv[mb], mb_targets[mb], s)
                 self.optimizer.zero_grad(set_to_none=False)
                 loss.backward()
                 grads = diag.flat_grads(net)
@@ -147,7 +148,7 @@ class PPOLearner:
                     small_sq = small_sq + grads.pow(2).sum()
                     big_grad = grads.clone() if big_grad is None else big_grad + grads
                 if epoch == s.update_epochs - 1:   # each sample once, with the policy learning it
-                    kl_sum = kl_sum + net.dist.kl(mb_bparams[mb], mb_params.detach()).sum()
+                    kl_sum = kl_sum + net.dist.kl(mb_bparams[mb], mb_params.detach().float()).sum()
         n_first = max(1, min(s.num_minibatches, count))
         noise = self.noise_scale.update(small_sq / n_first, (big_grad / n_first).pow(2).sum(),
                                         count / n_first, float(count))
@@ -184,6 +185,10 @@ class PPOLearner:
                     "time_transfer": t1 - t0, "time_forward_backward": fwd_s, "time_optimizer": opt_s})
         return out
 
+    def _autocast(self):
+        """bfloat16 autocast for forward passes when mixed precision is on (CUDA only); else nothing."""
+        return torch.autocast("cuda", dtype=torch.bfloat16) if self.amp else contextlib.nullcontext()
+
     def _batch_stats(self, params, values, targets, advantages, rewards, terminated, valid, done):
         v = valid
         entropy = (self.net.dist.entropy(params) * v).sum() / v.sum().clamp_min(1)
@@ -201,6 +206,13 @@ class PPOLearner:
             torch.nn.utils.vector_to_parameters(flat, self.net.parameters())
         self.optimizer.state.clear()
         self.nonfinite_batches += 1
+
+
+def _to_device(x: torch.Tensor, dev: torch.device) -> torch.Tensor:
+    """Host tensor to the learner's device: on CUDA through pinned memory, so the copy is asynchronous."""
+    if dev.type == "cuda" and x.device.type == "cpu":
+        x = x.pin_memory()
+    return x.to(dev, non_blocking=True)
 
 
 def _first_nonfinite(host: dict) -> str:

@@ -20,6 +20,7 @@ VERBOSITY_LEVELS = ("off", "minimal", "standard", "debug")
 MODES = ("local", "ray")
 AGENTS = ("ppo", "random", "fixed")
 DEVICES = ("auto", "cpu", "cuda")
+IMAGE_NETWORKS = ("nature", "impala")
 
 
 class ConfigError(ValueError):
@@ -95,10 +96,16 @@ class TrainConfig:
     """V-trace c-bar: truncation of the importance weights that carry corrections backwards in time."""
     hidden_sizes: tuple[int, ...] = (64, 64)
     """Widths of the hidden layers of the vector-observation trunk."""
+    image_network: str = "nature"
+    """Trunk for image observations: `nature` (the 3-conv Nature-DQN CNN) or `impala` (the IMPALA ResNet:
+    3 stages of conv, max-pool and 2 residual blocks, 16/32/32 channels, then 256 units)."""
     device: str = "auto"
     """Learner device: `auto` picks CUDA when present, else CPU."""
     torch_threads: int = 1
     """Torch intra-op threads per process; small networks run fastest on one."""
+    mixed_precision: bool = False
+    """Learner forward and backward passes under bfloat16 autocast on CUDA (ignored on CPU, which stays
+    bit-reproducible)."""
 
     # --- telemetry and archive ---
     verbosity: str = "standard"
@@ -149,6 +156,7 @@ class TrainConfig:
         _choice("agent", self.agent, AGENTS)
         _choice("verbosity", self.verbosity, VERBOSITY_LEVELS)
         _choice("device", self.device, DEVICES)
+        _choice("image_network", self.image_network, IMAGE_NETWORKS)
         for name in ("total_env_steps", "num_envs", "rollout_length", "update_epochs",
                      "num_minibatches", "torch_threads", "checkpoint_interval", "log_every_updates",
                      "rollouts_in_flight", "max_staleness", "max_nonfinite_batches"):

@@ -46,7 +46,7 @@ def seed_everything(seed: int, threads: int) -> None:
 
 
 def make_network(cfg: TrainConfig, obs_space, action_space) -> ActorCritic:
-    net = ActorCritic(obs_space, action_space, cfg.hidden_sizes)
+    net = ActorCritic(obs_space, action_space, cfg.hidden_sizes, image_network=cfg.image_network)
     net.seed(cfg.seed)
     return net
 
