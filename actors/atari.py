@@ -93,7 +93,7 @@ def make_atari_vector_env(env_id: str, num_envs: int, options: AtariOptions | No
     if native and not native_available():
         raise EnvError(f"env={env_id!r}: ale-py {_ale_version()} has no native vector env; "
                        "expected ale-py>=0.11 or native=False")
-    return (_native(spec, num_envs, options) if native else _wrapped(env_id, spec, num_envs, options))
+    return _native(spec, num_envs, options) if native else _wrapped(env_id, num_envs, options)
 
 
 def _ale_version() -> str:
@@ -144,14 +144,15 @@ class FireReset(gym.Wrapper):
         return obs, info
 
 
-def _wrapped(env_id: str, spec, num_envs: int, options: AtariOptions) -> gym.vector.VectorEnv:
+def _wrapped(env_id: str, num_envs: int, options: AtariOptions) -> gym.vector.VectorEnv:
     from gymnasium.wrappers import AtariPreprocessing, ClipReward, FrameStackObservation
 
     try:
         import cv2  # noqa: F401  (AtariPreprocessing resizes with it)
     except ImportError:
-        raise EnvError(f"env={env_id!r}: ale-py {_ale_version()} has no native vector env and gymnasium's Atari "
-                       "wrappers need opencv; expected ale-py>=0.11 or `pip install opencv-python-headless`") from None
+        raise EnvError(f"env={env_id!r}: gymnasium's Atari wrappers (the fallback for an ale-py without a native "
+                       f"vector env; this is {_ale_version()}) need opencv: pip install opencv-python-headless, "
+                       "or ale-py>=0.11") from None
 
     def make():
         env = gym.make(env_id, frameskip=1)  # AtariPreprocessing does the skipping and max-pooling

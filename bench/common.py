@@ -7,6 +7,7 @@ import os
 import platform
 import statistics
 import time
+from importlib import metadata
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -28,8 +29,14 @@ def machine_info() -> dict:
     from rlvitals.archive import code_version, package_versions
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    packages = package_versions()
+    for name in ("ale-py",):  # optional extras the archive's list leaves out
+        try:
+            packages[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
     return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "gpu": gpu, "python": platform.python_version(),
-            "platform": platform.platform(), "packages": package_versions(), "code_version": code_version()}
+            "platform": platform.platform(), "packages": packages, "code_version": code_version()}
 
 
 def spread(values: list[float]) -> dict:
@@ -39,10 +46,14 @@ def spread(values: list[float]) -> dict:
     return {"min": min(values), "median": statistics.median(values), "max": max(values), "n": len(values)}
 
 
-def write_result(scenario: str, config: dict, figures: dict) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
+def write_result(scenario: str, config: dict, figures: dict, name: str | None = None,
+                 results_dir: str | Path | None = None) -> Path:
+    """Write `<results_dir or bench/results>/<name or scenario>.json` and return its path."""
+    folder = Path(results_dir) if results_dir else RESULTS
+    folder.mkdir(parents=True, exist_ok=True)
+    machine = machine_info()
     payload = {"scenario": scenario, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "config": config,
-               "machine": machine_info(), "figures": figures}
-    path = RESULTS / f"{scenario}.json"
+               "code_version": machine["code_version"], "machine": machine, "figures": figures}
+    path = folder / f"{name or scenario}.json"
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path

@@ -30,9 +30,10 @@ from rlvitals.training import train_local  # noqa: E402
 LEVELS = ("off", "minimal", "standard", "debug")
 
 
-def one_run(level: str, steps: int, parent: str, tag: str) -> tuple[float, ProcessTelemetry | None]:
-    cfg = TrainConfig(env="CartPole-v1", seed=0, total_env_steps=steps, verbosity=level, progress=False,
-                      run_dir=f"{parent}/{tag}-{level}").validate()
+def one_run(level: str, steps: int, parent: str, tag: str, env: str = "CartPole-v1",
+            overrides: dict | None = None) -> tuple[float, ProcessTelemetry | None]:
+    cfg = TrainConfig(**{"env": env, "seed": 0, "total_env_steps": steps, "verbosity": level, "progress": False,
+                         "run_dir": f"{parent}/{tag}-{level}", **(overrides or {})}).validate()
     archive = RunArchive.create(cfg.run_dir, cfg.to_dict(), ["bench"])
     telemetry = None
     if level != "off":
@@ -58,17 +59,14 @@ def scrape_latency(telemetry: ProcessTelemetry, count: int = 200) -> dict:
             "max_ms": 1000 * times[-1], "bytes": len(body), "scrapes": count}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=100_000)
-    args = parser.parse_args()
+def measure(repeats: int, steps: int, env: str = "CartPole-v1", overrides: dict | None = None) -> dict:
+    """Figures of the telemetry-overhead benchmark (also run by `bench/harness.py telemetry-overhead`)."""
     throughput = {level: [] for level in LEVELS}
     scrape = None
     with tempfile.TemporaryDirectory() as tmp:
-        for rep in range(args.repeats):
+        for rep in range(repeats):
             for level in (LEVELS if rep % 2 == 0 else LEVELS[::-1]):
-                sps, telemetry = one_run(level, args.steps, tmp, f"r{rep}")
+                sps, telemetry = one_run(level, steps, tmp, f"r{rep}", env, overrides)
                 throughput[level].append(sps)
                 if telemetry is not None:
                     if level == "standard" and scrape is None:
@@ -82,6 +80,16 @@ def main() -> None:
         "ratio_to_off_per_repeat": ratios,
         "standard_scrape": scrape,
     }
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=100_000)
+    args = parser.parse_args()
+    figures = measure(args.repeats, args.steps)
+    scrape = figures["standard_scrape"]
     for level, loss in figures["throughput_loss_vs_off"].items():
         print(f"{level:8s} throughput loss vs off: {100 * loss:+.2f}%")
     print(f"standard scrape: {scrape}")

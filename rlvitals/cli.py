@@ -28,6 +28,10 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+ALIASES = {"num_envs": ["--envs-per-actor"]}
+"""Second names for config flags, where another name reads better in a given mode."""
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -43,7 +47,8 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         if f.name == "mode":
             kwargs["choices"] = MODES
         metavar = {bool: "BOOL", int: "N", float: "X"}.get(types[f.name], "VALUE")
-        parser.add_argument(_flag(f.name), metavar=metavar if "choices" not in kwargs else None, **kwargs)
+        flags = [_flag(f.name)] + ALIASES.get(f.name, [])
+        parser.add_argument(*flags, metavar=metavar if "choices" not in kwargs else None, **kwargs)
 
 
 def build_parser() -> Parser:

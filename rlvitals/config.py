@@ -58,6 +58,8 @@ class TrainConfig:
     """CPUs reserved per Ray actor."""
     actor_gpus: float = 0.0
     """GPUs reserved per Ray actor (for GPU envs or GPU inference)."""
+    actor_resources: str = ""
+    """Ray mode: custom Ray resources reserved per actor, as name=amount pairs joined by commas (e.g. `actor=1`), so actors run only on nodes that advertise them (the cluster files in deploy/ give CPU workers `actor`)."""
     sync: bool = False
     """Ray mode: every round, all actors act with the newest weights and the learner waits for all of them."""
     rollouts_in_flight: int = 2
@@ -170,6 +172,7 @@ class TrainConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ConfigError(f"{name}={value!r} is invalid: expected a finite number >= 0")
+        parse_resources(self.actor_resources)
         _positive_float("startup_timeout_seconds", self.startup_timeout_seconds)
         for name in ("value_coef", "entropy_coef"):
             value = getattr(self, name)
@@ -207,6 +210,24 @@ def _positive_int(name: str, value: Any) -> None:
 def _positive_float(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
         raise ConfigError(f"{name}={value!r} is invalid: expected a finite number > 0")
+
+
+def parse_resources(text: str) -> dict[str, float]:
+    """`actor_resources` as a dict: "actor=1,fast=0.5" -> {"actor": 1.0, "fast": 0.5}; "" -> {}."""
+    problem = ("expected name=amount pairs joined by commas, e.g. actor=1, with amounts finite and > 0 "
+               "(CPUs and GPUs go in actor_cpus and actor_gpus)")
+    out: dict[str, float] = {}
+    for item in (part.strip() for part in text.split(",")) if text.strip() else ():
+        name, sep, amount = (piece.strip() for piece in item.partition("="))
+        try:
+            value = float(amount)
+        except ValueError:
+            value = math.nan
+        reserved = name in ("CPU", "GPU", "memory") or name in out
+        if not sep or not name or reserved or not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"actor_resources={text!r} is invalid: {problem}")
+        out[name] = value
+    return out
 
 
 # ------------------------------------------------------------------ field docs

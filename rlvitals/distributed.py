@@ -25,7 +25,7 @@ from rlvitals.actors.runner import EnvStepError
 from rlvitals.telemetry.process import write_target
 
 from .archive import RunArchive
-from .config import ConfigError, TrainConfig
+from .config import ConfigError, TrainConfig, parse_resources
 from .checkpoint import restore, save_checkpoint
 from .guard import NonFiniteGuard
 from .training import RunTracker, _row, clean_row, finish_run, make_learner, make_network, resolve_device, seed_everything
@@ -83,12 +83,20 @@ def check_resources(cfg: TrainConfig) -> int:
 
     resources = ray.cluster_resources()
     cpus, gpus = resources.get("CPU", 0.0), resources.get("GPU", 0.0)
-    num_actors = cfg.num_actors or max(1, int(cpus) - 1)
+    custom = parse_resources(cfg.actor_resources)
+    fits = [int(cpus) - 1] + [int(resources.get(name, 0.0) / amount + 1e-9) for name, amount in custom.items()]
+    num_actors = cfg.num_actors or max(1, min(fits))
     want_cpu, want_gpu = num_actors * cfg.actor_cpus, num_actors * cfg.actor_gpus
-    if want_cpu > cpus + 1e-9 or want_gpu > gpus + 1e-9:
+    want_custom = {name: num_actors * amount for name, amount in custom.items()}
+    if (want_cpu > cpus + 1e-9 or want_gpu > gpus + 1e-9
+            or any(want > resources.get(name, 0.0) + 1e-9 for name, want in want_custom.items())):
+        also = f" and actor_resources={cfg.actor_resources!r}" if custom else ""
+        want_more = "".join(f", {want:g} {name!r}" for name, want in want_custom.items())
+        have_more = "".join(f", {resources.get(name, 0.0):g} {name!r}" for name in want_custom)
         raise ConfigError(
-            f"num_actors={num_actors} with actor_cpus={cfg.actor_cpus:g} and actor_gpus={cfg.actor_gpus:g} asks "
-            f"for {want_cpu:g} CPUs and {want_gpu:g} GPUs; the Ray cluster has {cpus:g} CPUs and {gpus:g} GPUs")
+            f"num_actors={num_actors} with actor_cpus={cfg.actor_cpus:g} and actor_gpus={cfg.actor_gpus:g}{also} asks "
+            f"for {want_cpu:g} CPUs and {want_gpu:g} GPUs{want_more}; the Ray cluster has {cpus:g} CPUs and "
+            f"{gpus:g} GPUs{have_more}")
     return num_actors
 
 
@@ -230,8 +238,10 @@ class Cluster:
         self.discovery = archive.path / "discovery"
         self.run_info = run_info
         self.num_actors = check_resources(cfg)
+        custom = parse_resources(cfg.actor_resources)  # e.g. {"actor": 1}: only nodes that advertise it take actors
         worker_cls = ray.remote(RolloutWorker).options(
-            num_cpus=cfg.actor_cpus, num_gpus=cfg.actor_gpus, max_restarts=-1, max_task_retries=0)
+            num_cpus=cfg.actor_cpus, num_gpus=cfg.actor_gpus, max_restarts=-1, max_task_retries=0,
+            **({"resources": custom} if custom else {}))
         cfg_dict = asdict(cfg)
         self.ledger = ray.remote(IncarnationLedger).options(num_cpus=0).remote()
         self.actors = [worker_cls.remote(cfg_dict, i, run_info, self.ledger) for i in range(self.num_actors)]
