@@ -24,11 +24,11 @@ class EnvRunner:
     learner in local mode, a weight cache in Ray mode) stays in charge of it.
     """
 
-    def __init__(self, env_id: str, num_envs: int, seed: int, actor_id: int = 0):
+    def __init__(self, env_id: str, num_envs: int, seed: int, actor_id: int = 0, atari_options=None):
         self.env_id = env_id
         self.seed = int(seed)
         self.actor_id = actor_id
-        self.env = make_vector_env(env_id, num_envs)
+        self.env = make_vector_env(env_id, num_envs, atari_options)
         self.num_envs = num_envs
         self.obs_space = self.env.single_observation_space
         self.action_space = self.env.single_action_space

@@ -169,8 +169,9 @@ class ActorCritic(nn.Module):
     """Policy and value heads on intakes chosen from the observation space.
 
     Vector observations get separate policy and value MLPs (sharing hurts small
-    control tasks); images share one CNN (`image_network`: `nature` or `impala`). `age` counts optimizer steps: it is
-    the version stamped on every sample this network produces.
+    control tasks); images share one CNN (`image_network`: `nature` or `impala`).
+    `age` counts optimizer steps: it is the version stamped on every sample this
+    network produces.
     """
 
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, hidden_sizes=(64, 64),
@@ -178,7 +179,8 @@ class ActorCritic(nn.Module):
         super().__init__()
         if isinstance(obs_space, gym.spaces.Box) and obs_space.dtype == np.uint8 and len(obs_space.shape) == 3:
             if image_network not in IMAGE_INTAKES:
-                raise ValueError(f"image_network={image_network!r} is invalid: expected one of {', '.join(IMAGE_INTAKES)}")
+                raise ValueError(f"image_network={image_network!r} is invalid: "
+                                 f"expected one of {', '.join(IMAGE_INTAKES)}")
             self.policy_intake = IMAGE_INTAKES[image_network](tuple(obs_space.shape))
             self.value_intake = self.policy_intake
         else:

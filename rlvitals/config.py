@@ -44,6 +44,10 @@ class TrainConfig:
     """Agent steps to collect before the run stops (summed over all envs, reset transitions excluded)."""
 
     # --- actors ---
+    atari_episodic_life: bool = False
+    """Atari: end an episode (terminated) when a life is lost."""
+    atari_reward_clipping: bool = True
+    """Atari: clip rewards to [-1, 1] (reported returns are then clipped too)."""
     num_envs: int = 32
     """Environments stepped together by one actor; policy inference is batched over them."""
     rollout_length: int = 128

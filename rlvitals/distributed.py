@@ -28,7 +28,7 @@ from .archive import RunArchive
 from .config import ConfigError, TrainConfig, parse_resources
 from .checkpoint import restore, save_checkpoint
 from .guard import NonFiniteGuard
-from .training import RunTracker, _row, clean_row, finish_run, make_learner, make_network, resolve_device, seed_everything
+from .training import RunTracker, atari_options, _row, clean_row, finish_run, make_learner, make_network, resolve_device, seed_everything
 
 log = logging.getLogger("rlvitals.ray")
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -131,7 +131,9 @@ class RolloutWorker:
         cfg = TrainConfig(**{**cfg_dict, "hidden_sizes": tuple(cfg_dict["hidden_sizes"])})
         seed_everything(seed_for_actor(cfg.seed, actor_id), cfg.torch_threads)
         self.cfg, self.actor_id = cfg, actor_id
-        self.runner = EnvRunner(cfg.env, cfg.num_envs, env_seed(cfg.seed, actor_id), actor_id)
+        # Native Atari envs run threads of their own: no more than the CPUs Ray reserved for us.
+        self.runner = EnvRunner(cfg.env, cfg.num_envs, env_seed(cfg.seed, actor_id), actor_id,
+                                atari_options=atari_options(cfg, threads=max(1, int(cfg.actor_cpus))))
         self.net = make_network(cfg, self.runner.obs_space, self.runner.action_space)
         self.net.seed(seed_for_actor(cfg.seed, actor_id))
         self.agent = make_agent(cfg, self.runner, self.net)

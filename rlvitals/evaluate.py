@@ -47,7 +47,9 @@ def evaluate_run(run_dir: str, episodes: int, greedy: bool = False, seed: int = 
     cfg, net = load_network(run_dir)
     torch.manual_seed(seed)
     net.seed(seed)
-    runner = EnvRunner(cfg.env, min(episodes, 16), seed=seed)
+    from .training import atari_options
+
+    runner = EnvRunner(cfg.env, min(episodes, 16), seed=seed, atari_options=atari_options(cfg))
     policy = GreedyPolicy(net) if greedy else net
     returns: list[float] = []
     try:

@@ -45,6 +45,14 @@ def seed_everything(seed: int, threads: int) -> None:
     torch.set_num_threads(threads)
 
 
+def atari_options(cfg: TrainConfig, threads: int = 0):
+    """The Atari preprocessing choices of a config (ignored by non-Atari envs)."""
+    from rlvitals.actors.atari import AtariOptions
+
+    return AtariOptions(episodic_life=cfg.atari_episodic_life, reward_clipping=cfg.atari_reward_clipping,
+                        num_threads=threads)
+
+
 def make_network(cfg: TrainConfig, obs_space, action_space) -> ActorCritic:
     net = ActorCritic(obs_space, action_space, cfg.hidden_sizes, image_network=cfg.image_network)
     net.seed(cfg.seed)
@@ -146,7 +154,7 @@ def train_local(cfg: TrainConfig, archive: RunArchive, telemetry=None, stop=None
     device = resolve_device(cfg)
     # A resumed run cannot recover its envs' internal state; fresh seeds avoid replaying old episodes.
     episode_seed = env_seed(cfg.seed, 0) + (resume["tracker"]["env_steps"] if resume else 0)
-    runner = EnvRunner(cfg.env, cfg.num_envs, episode_seed)
+    runner = EnvRunner(cfg.env, cfg.num_envs, episode_seed, atari_options=atari_options(cfg))
     net = make_network(cfg, runner.obs_space, runner.action_space)
     learner = None
     if cfg.agent == "ppo":
