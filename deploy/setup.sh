@@ -36,6 +36,28 @@ if [[ $WITH_TESTS == 1 ]]; then
             exit 1
         fi
     fi
+    # The loopback `ray up` test (tests/test_cluster.py) runs its own sshd, in namespaces of its own,
+    # and needs ssh and rsync. The package's ssh service is not started, nor enabled for later boots.
+    if [[ ! -x /usr/sbin/sshd ]] || ! command -v ssh >/dev/null 2>&1 || ! command -v rsync >/dev/null 2>&1; then
+        HAD_SSHD=$([[ -x /usr/sbin/sshd ]] && echo 1 || true)
+        AS_ROOT=()
+        if [[ $(id -u) != 0 ]]; then
+            command -v sudo >/dev/null 2>&1 || { echo "setup: the tests need sshd and rsync:" \
+                "apt-get install openssh-server rsync" >&2; exit 1; }
+            AS_ROOT=(sudo)
+        fi
+        NO_START=/usr/sbin/policy-rc.d   # Debian's switch: while it exits 101, packages start no service
+        [[ -e $NO_START ]] || { printf '#!/bin/sh\nexit 101\n' | "${AS_ROOT[@]}" tee $NO_START >/dev/null \
+            && "${AS_ROOT[@]}" chmod +x $NO_START && CREATED_NO_START=1; }
+        status=0
+        "${AS_ROOT[@]}" apt-get update -qq && "${AS_ROOT[@]}" env DEBIAN_FRONTEND=noninteractive \
+            apt-get install -y -qq --no-install-recommends openssh-server openssh-client rsync >/dev/null || status=$?
+        [[ -z ${CREATED_NO_START:-} ]] || "${AS_ROOT[@]}" rm -f $NO_START
+        if [[ -z $HAD_SSHD && -d /run/systemd/system ]]; then
+            "${AS_ROOT[@]}" systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 || true
+        fi
+        [[ $status == 0 ]] || exit $status
+    fi
 else
     "${PIP[@]}" -e .
 fi

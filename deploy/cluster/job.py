@@ -19,6 +19,7 @@ the GPU (it asks for the head's `learner` resource):
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
@@ -55,6 +56,7 @@ def scale_for(cfg, timeout: float) -> None:
         bundle["GPU"] = cfg.actor_gpus
     bundle = {name: amount for name, amount in bundle.items() if amount}
     ray.init(address=cfg.address, configure_logging=False, log_to_driver=False)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `ray job stop` while waiting: withdraw below
     try:
         request_resources(bundles=[bundle] * cfg.num_actors)
         start = last = time.monotonic()

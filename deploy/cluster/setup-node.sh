@@ -25,8 +25,9 @@ if [[ -n $VENV ]]; then
     ln -sfn "$VENV" "$REPO/.venv"
 else
     if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then   # Ubuntu ships venv separately
-        sudo apt-get update -qq
-        sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+        # (a fresh cloud machine may still be running its own apt upgrades: wait for the lock)
+        sudo apt-get -o DPkg::Lock::Timeout=600 update -qq
+        sudo DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq python3-venv >/dev/null
     fi
     if ! nvidia-smi -L >/dev/null 2>&1; then
         # No GPU here: the CPU build of torch (about 200 MB instead of several GB of CUDA libraries).
