@@ -59,20 +59,34 @@ def scrape_latency(telemetry: ProcessTelemetry, count: int = 200) -> dict:
             "max_ms": 1000 * times[-1], "bytes": len(body), "scrapes": count}
 
 
+def _fresh_process_run(level: str, steps: int, parent: str, tag: str, env: str, overrides: dict | None) -> float:
+    sps, telemetry = one_run(level, steps, parent, tag, env, overrides)
+    if telemetry is not None:
+        telemetry.stop()
+    return sps
+
+
 def measure(repeats: int, steps: int, env: str = "CartPole-v1", overrides: dict | None = None) -> dict:
-    """Figures of the telemetry-overhead benchmark (also run by `bench/harness.py telemetry-overhead`)."""
+    """Figures of the telemetry-overhead benchmark (also run by `bench/harness.py telemetry-overhead`).
+
+    Every run gets a fresh process: runs in one process slow each other down in ways
+    (allocator state, warm caches, first-call costs) that swamp a 1% effect.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     throughput = {level: [] for level in LEVELS}
-    scrape = None
+    spawn = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(repeats):
             for level in (LEVELS if rep % 2 == 0 else LEVELS[::-1]):
-                sps, telemetry = one_run(level, steps, tmp, f"r{rep}", env, overrides)
+                with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:
+                    sps = pool.submit(_fresh_process_run, level, steps, tmp, f"r{rep}", env, overrides).result()
                 throughput[level].append(sps)
-                if telemetry is not None:
-                    if level == "standard" and scrape is None:
-                        scrape = scrape_latency(telemetry)
-                    telemetry.stop()
                 print(f"repeat {rep} {level:8s} {sps:,.0f} steps/s", flush=True)
+        _, telemetry = one_run("standard", steps // 4, tmp, "scrape", env, overrides)
+        scrape = scrape_latency(telemetry)  # of an endpoint holding a real run's metrics
+        telemetry.stop()
     ratios = {level: [t / o for t, o in zip(throughput[level], throughput["off"])] for level in LEVELS[1:]}
     figures = {
         "env_steps_per_second": {level: spread(v) for level, v in throughput.items()},
@@ -83,12 +97,61 @@ def measure(repeats: int, steps: int, env: str = "CartPole-v1", overrides: dict 
     return figures
 
 
+def cost_per_batch(iterations: int = 15) -> dict:
+    """Telemetry's own cost per batch, timed directly: low-noise where end-to-end throughput is not.
+
+    Same rollout, same starting weights, levels interleaved: the learner's extra
+    work at each level (value trace, per-layer statistics, histograms) plus the
+    recorder's calls, as a fraction of an `off` batch (collect + learn).
+    """
+    import torch
+
+    from rlvitals.actors.runner import EnvRunner
+    from rlvitals.telemetry.recorder import Recorder
+    from rlvitals.training import make_learner, make_network, seed_everything
+
+    cfg = TrainConfig().validate()
+    seed_everything(0, cfg.torch_threads)
+    runner = EnvRunner(cfg.env, cfg.num_envs, 0)
+    net = make_network(cfg, runner.obs_space, runner.action_space)
+    start = {k: v.clone() for k, v in net.state_dict().items()}
+    t0 = time.perf_counter()
+    rollout = runner.collect(net, cfg.rollout_length)
+    collect_s = time.perf_counter() - t0
+    setups = {}
+    for level in LEVELS:
+        recorder = Recorder(level, "local") if level != "off" else None
+        holder = type("T", (), {"wants_value_trace": recorder is not None and recorder.wants_value_trace,
+                                "wants_debug": recorder is not None and recorder.wants_debug})()
+        setups[level] = (make_learner(cfg, net, torch.device("cpu"), holder if recorder else None), recorder)
+    times = {level: [] for level in LEVELS}
+    for _ in range(iterations):
+        for level in LEVELS:
+            learner, recorder = setups[level]
+            net.load_state_dict(start)
+            learner.optimizer.state.clear()
+            t0 = time.perf_counter()
+            stats = learner.learn(rollout)
+            if recorder is not None:
+                recorder.record_rollout(rollout)
+                recorder.record_learn(stats)
+            times[level].append(time.perf_counter() - t0)
+    median = {level: statistics.median(v) for level, v in times.items()}
+    batch_off = median["off"] + collect_s
+    return {"batch_seconds_off": batch_off,
+            "extra_seconds_per_batch": {level: median[level] - median["off"] for level in LEVELS[1:]},
+            "cost_fraction_of_batch": {level: (median[level] - median["off"]) / batch_off for level in LEVELS[1:]}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=100_000)
     args = parser.parse_args()
     figures = measure(args.repeats, args.steps)
+    figures["direct_cost"] = cost_per_batch()
+    for level, frac in figures["direct_cost"]["cost_fraction_of_batch"].items():
+        print(f"{level:8s} telemetry cost per batch (timed directly): {100 * frac:+.2f}% of an `off` batch")
     scrape = figures["standard_scrape"]
     for level, loss in figures["throughput_loss_vs_off"].items():
         print(f"{level:8s} throughput loss vs off: {100 * loss:+.2f}%")

@@ -6,11 +6,9 @@ import atexit
 import json
 import os
 import socket
-from pathlib import Path
-
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
@@ -27,64 +25,96 @@ def build_registry(recorder: Recorder, extra_labels: dict[str, str] | None = Non
     return registry
 
 
-class MetricsServer(HTTPServer):
-    """Serves /metrics from one thread, with a body rendered at most once per `cache_seconds`.
+class MetricsServer:
+    """A deliberately small HTTP server for /metrics, on one thread.
 
     The training loop shares the interpreter with this server, so every
     millisecond spent here is one it does not get. Hence: one rendering serves
-    every scraper within `cache_seconds`, requests are answered one at a time
-    (the kernel queues the rest: a deep listen backlog), and at most one per
-    `min_interval` seconds, which bounds the server's share of the interpreter
-    however many scrapers pile on. Each one is still answered, only later.
+    every scraper within `cache_seconds`; a request costs a socket read, a look at
+    its first line and one `sendall` of a prebuilt response (no header parsing, no
+    per-request objects); requests are answered one at a time, at most one per
+    `min_interval` seconds, while the kernel queues the rest (a deep backlog).
+    However many scrapers pile on, the server's share of the interpreter stays
+    bounded and each is still answered, only later.
     """
 
-    allow_reuse_address = True
-    request_queue_size = 512
-    timeout = None
-
     def __init__(self, address, registry: CollectorRegistry, cache_seconds: float = 0.5,
-                 min_interval: float = 0.004):
-        super().__init__(address, _MetricsHandler)
+                 min_interval: float = 0.005):
         self.registry = registry
         self.cache_seconds = cache_seconds
         self.min_interval = min_interval
-        self._last_request = 0.0
-        self._body = b""
+        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self.socket = socket.socket(family, socket.SOCK_STREAM)
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.socket.bind(address)
+        self.socket.listen(512)
+        self.socket.settimeout(0.5)  # so shutdown() is noticed
+        self.server_address = self.socket.getsockname()
+        self._response = b""
+        self._header_length = 0
         self._rendered_at = -1e9
-        self._render_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._stopped = threading.Event()
 
     def body(self) -> bytes:
-        with self._render_lock:
-            now = time.monotonic()
-            if now - self._rendered_at >= self.cache_seconds:
-                self._body = generate_latest(self.registry)
-                self._rendered_at = now
-            return self._body
+        return self._current()[self._header_length:]
 
-    def process_request(self, request, client_address):
-        wait = self._last_request + self.min_interval - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)  # releases the interpreter to the training loop
-        self._last_request = time.monotonic()
-        super().process_request(request, client_address)
+    def _current(self) -> bytes:
+        now = time.monotonic()
+        if now - self._rendered_at >= self.cache_seconds:
+            body = generate_latest(self.registry)
+            header = (f"HTTP/1.1 200 OK\r\nContent-Type: {CONTENT_TYPE_PLAIN_0_0_4}\r\n"
+                      f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+            self._header_length = len(header)
+            self._response = header + body
+            self._rendered_at = now
+        return self._response
 
+    def serve_forever(self) -> None:
+        last = 0.0
+        try:
+            while not self._stop.is_set():
+                try:
+                    conn, _ = self.socket.accept()
+                except (socket.timeout, BlockingIOError):
+                    continue
+                except OSError:
+                    break
+                wait = last + self.min_interval - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)  # releases the interpreter to the training loop
+                last = time.monotonic()
+                self._answer(conn)
+        finally:
+            self._stopped.set()
 
-class _MetricsHandler(BaseHTTPRequestHandler):
-    timeout = 5  # a client that stalls mid-request cannot hold the only server thread for long
+    def _answer(self, conn: socket.socket) -> None:
+        try:
+            conn.settimeout(5)  # a stalled client cannot hold the only server thread for long
+            request = conn.recv(8192)
+            while b"\r\n\r\n" not in request and len(request) < 65536:
+                more = conn.recv(8192)
+                if not more:
+                    break
+                request += more
+            first = request.split(b"\r\n", 1)[0].split()
+            path = first[1].split(b"?", 1)[0] if len(first) >= 2 else b""
+            if len(first) >= 2 and first[0] == b"GET" and path in (b"/metrics", b"/"):
+                conn.sendall(self._current())
+            else:
+                conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 27\r\n"
+                             b"Connection: close\r\n\r\nonly /metrics is served here")
+        except OSError:
+            pass
+        finally:
+            conn.close()
 
-    def do_GET(self):  # noqa: N802 (http.server's naming)
-        if self.path.split("?", 1)[0] not in ("/metrics", "/"):
-            self.send_error(404, "only /metrics is served here")
-            return
-        body = self.server.body()
-        self.send_response(200)
-        self.send_header("Content-Type", CONTENT_TYPE_PLAIN_0_0_4)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._stopped.wait(5)
 
-    def log_message(self, format, *args):  # scrapes are not worth a log line each
-        pass
+    def server_close(self) -> None:
+        self.socket.close()
 
 
 def start_metrics_server(host: str, port: int, registry: CollectorRegistry, cache_seconds: float = 0.5):
