@@ -5,6 +5,8 @@
 or with `--check` to fail when a committed file is out of date). The JSON
 files are package data: `rlvitals dashboards push` and `rlvitals stack up`
 read them from here.
+
+May import: `rlvitals.telemetry` (the catalogue) and the standard library.
 """
 
 from pathlib import Path
