@@ -116,15 +116,21 @@ def _actor_pids(run_dir: Path) -> dict[str, str]:
     return {p.name: json.loads(p.read_text())[0]["targets"][0] for p in (run_dir / "discovery").glob("actor-*.json")}
 
 
-def test_killed_actor_is_restarted_counted_and_rediscovered(ray_address, tmp_path):
-    run_dir = tmp_path / "run"
-    proc = train(ray_args(ray_address, run_dir, "--num-actors", "2", "--total-env-steps", "300000",
+def _start_two_actor_run(ray_address: str, run_dir: Path, total_env_steps: int) -> subprocess.Popen:
+    """A 2-actor run, returned once both actors have registered their endpoints."""
+    proc = train(ray_args(ray_address, run_dir, "--num-actors", "2", "--total-env-steps", str(total_env_steps),
                           "--verbosity", "minimal"))
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and len(_actor_pids(run_dir)) < 2:
         time.sleep(0.2)
+    assert len(_actor_pids(run_dir)) == 2, "actors never registered"
+    return proc
+
+
+def test_killed_actor_is_restarted_counted_and_rediscovered(ray_address, tmp_path):
+    run_dir = tmp_path / "run"
+    proc = _start_two_actor_run(ray_address, run_dir, 300000)
     before = _actor_pids(run_dir)
-    assert len(before) == 2, "actors never registered"
     victims = subprocess.run(["pgrep", "-f", "ray::RolloutWorker"], capture_output=True, text=True).stdout.split()
     assert victims, "no actor process found"
     os.kill(int(victims[0]), signal.SIGKILL)
@@ -187,11 +193,7 @@ def test_request_larger_than_the_cluster_is_refused_within_seconds(ray_address, 
 
 def test_actor_killed_every_few_seconds_never_stops_the_run_or_loses_count(ray_address, tmp_path):
     run_dir = tmp_path / "run"
-    proc = train(ray_args(ray_address, run_dir, "--num-actors", "2", "--total-env-steps", "900000",
-                          "--verbosity", "minimal"))
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and len(_actor_pids(run_dir)) < 2:
-        time.sleep(0.2)
+    proc = _start_two_actor_run(ray_address, run_dir, 900000)
     kills = 0
     end = time.monotonic() + 30
     while time.monotonic() < end and proc.poll() is None:
