@@ -26,9 +26,10 @@ from rlvitals.telemetry.process import write_target
 
 from .archive import RunArchive
 from .config import ConfigError, TrainConfig, parse_resources
-from .checkpoint import restore, save_checkpoint
+from .checkpoint import restore
 from .guard import NonFiniteGuard
-from .training import RunTracker, atari_options, _row, clean_row, finish_run, make_learner, make_network, resolve_device, seed_everything
+from .training import (RunTracker, after_update, atari_options, finish_run, make_learner, make_network,
+                       resolve_device, seed_everything)
 
 log = logging.getLogger("rlvitals.ray")
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -438,15 +439,6 @@ def _learn(cfg, learner, rollout, tracker, telemetry, guard) -> dict:
     return stats
 
 
-def _after_update(cfg, tracker, net, learner, archive, stats, telemetry) -> None:
-    tracker.updates += 1
-    if tracker.updates % cfg.log_every_updates == 0:
-        archive.append_metrics(clean_row(_row(tracker, net, stats)))
-    steps_per_update = cfg.update_epochs * cfg.num_minibatches
-    if learner is not None and tracker.updates % max(1, cfg.checkpoint_interval // steps_per_update) == 0:
-        save_checkpoint(archive, cfg, net, learner, tracker, telemetry)
-
-
 def _sync_loop(cfg, ray, cluster, net, learner, tracker, archive, telemetry, stop, guard, state) -> None:
     """All actors act with the newest weights; the learner waits for every one of them."""
     weights, version = _publish(ray, net, telemetry)
@@ -473,7 +465,7 @@ def _sync_loop(cfg, ray, cluster, net, learner, tracker, archive, telemetry, sto
         stats = state["stats"] = _learn(cfg, learner, batch, tracker, telemetry, guard)
         cluster.learned(stats, batch.env_steps)
         weights, version = _publish(ray, net, telemetry)
-        _after_update(cfg, tracker, net, learner, archive, stats, telemetry)
+        after_update(cfg, tracker, net, learner, archive, stats, telemetry)
 
 
 def _async_loop(cfg, ray, cluster, net, learner, tracker, archive, telemetry, stop, guard, state) -> None:
@@ -522,5 +514,5 @@ def _async_loop(cfg, ray, cluster, net, learner, tracker, archive, telemetry, st
             weights, version = _publish(ray, net, telemetry)
         ref, task = cluster.submit(i, weights, version)
         in_flight[ref] = task
-        _after_update(cfg, tracker, net, learner, archive, stats, telemetry)
+        after_update(cfg, tracker, net, learner, archive, stats, telemetry)
     cluster.count_in_flight(in_flight)

@@ -187,11 +187,7 @@ def train_local(cfg: TrainConfig, archive: RunArchive, telemetry=None, stop=None
                 if telemetry is not None:
                     telemetry.record_learn(stats)
                 guard.update_ok(stats, rollout)
-            tracker.updates += 1
-            if tracker.updates % cfg.log_every_updates == 0:
-                archive.append_metrics(clean_row(_row(tracker, net, stats)))
-            if learner is not None and tracker.updates % max(1, cfg.checkpoint_interval // max(1, _steps_per_update(cfg))) == 0:
-                save_checkpoint(archive, cfg, net, learner, tracker, telemetry)
+            after_update(cfg, tracker, net, learner, archive, stats, telemetry)
             now = time.perf_counter()
             if now - last_draw >= cfg.log_interval_seconds:
                 last_draw = now
@@ -220,8 +216,15 @@ def finish_run(archive, cfg, net, learner, tracker, telemetry, stats, extra: dic
     return summary
 
 
-def _steps_per_update(cfg: TrainConfig) -> int:
-    return cfg.update_epochs * cfg.num_minibatches
+def after_update(cfg: TrainConfig, tracker: RunTracker, net, learner, archive: RunArchive, stats: dict,
+                 telemetry) -> None:
+    """Count the update; write a metrics row and a checkpoint when their intervals say so (both run loops)."""
+    tracker.updates += 1
+    if tracker.updates % cfg.log_every_updates == 0:
+        archive.append_metrics(clean_row(_row(tracker, net, stats)))
+    steps_per_update = cfg.update_epochs * cfg.num_minibatches
+    if learner is not None and tracker.updates % max(1, cfg.checkpoint_interval // steps_per_update) == 0:
+        save_checkpoint(archive, cfg, net, learner, tracker, telemetry)
 
 
 def _row(tracker: RunTracker, net, stats: dict) -> dict:

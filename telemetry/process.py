@@ -180,7 +180,7 @@ class ProcessTelemetry:
     def record_rollout(self, rollout) -> None:
         self.recorder.record_rollout(rollout)
 
-    def record_learn(self, stats: dict, collected: int | None = None) -> None:
+    def record_learn(self, stats: dict) -> None:
         self.recorder.record_learn(stats)
 
     def stop(self) -> None:
