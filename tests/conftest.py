@@ -102,39 +102,17 @@ def _stop(process: subprocess.Popen) -> None:
 @pytest.fixture(scope="session")
 def prometheus(tmp_path_factory):
     """A real Prometheus on 127.0.0.1 scraping every 1 s whatever `discovery_dir/*.json` lists."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.skip("the `prometheus` binary is not on PATH: install it (Debian: apt-get install prometheus; "
-                    "`bash deploy/setup.sh --test` does) to run the Prometheus end-to-end tests")
-    root = tmp_path_factory.mktemp("prometheus")
-    discovery = root / "discovery"
+    discovery = tmp_path_factory.mktemp("prometheus") / "discovery"
     discovery.mkdir()
-    (root / "prometheus.yml").write_text(PROMETHEUS_CONFIG.format(discovery=discovery))
-    problems = []
-    for attempt in range(3):  # the free port can be taken between our check and Prometheus's bind
-        process, url, log_path = _start(binary, root, attempt)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and process.poll() is None:
-            if http_get(f"{url}/-/ready", timeout=1)[0] == 200:
-                break
-            time.sleep(0.1)
-        if process.poll() is None and http_get(f"{url}/-/ready", timeout=1)[0] == 200:
-            server = Prometheus(url, discovery, process, log_path)
-            try:
-                yield server
-            finally:
-                _stop(process)
-            return
-        _stop(process)
-        problems.append(f"attempt {attempt}: exit code {process.returncode}; log:\n"
-                        f"{log_path.read_text(errors='replace')[-2000:]}")
-    pytest.fail("Prometheus did not become ready:\n" + "\n".join(problems))
+    with prometheus_watching(discovery) as server:
+        yield server
 
 
 class prometheus_watching:
     """Context manager: a Prometheus of its own, scraping every 1 s whatever `discovery_dir/*.json` lists.
 
-    For tests that point Prometheus straight at a run's own discovery folder.
+    The session fixture `prometheus` uses it with a folder of its own; tests may also
+    point one straight at a run's discovery folder.
     """
 
     def __init__(self, discovery_dir: Path):
@@ -145,11 +123,13 @@ class prometheus_watching:
 
         binary = shutil.which("prometheus")
         if binary is None:
-            pytest.skip("the `prometheus` binary is not on PATH (Debian: apt-get install prometheus)")
+            pytest.skip("the `prometheus` binary is not on PATH: install it (Debian: apt-get install prometheus; "
+                        "`bash deploy/setup.sh --test` does) to run the Prometheus end-to-end tests")
         self._tmp = tempfile.TemporaryDirectory(prefix="rlvitals-prom-")
         root = Path(self._tmp.name)
         (root / "prometheus.yml").write_text(PROMETHEUS_CONFIG.format(discovery=self.discovery_dir))
-        for attempt in range(3):
+        problems = []
+        for attempt in range(3):  # the free port can be taken between our check and Prometheus's bind
             process, url, log_path = _start(binary, root, attempt)
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and process.poll() is None:
@@ -158,7 +138,10 @@ class prometheus_watching:
                     return self.server
                 time.sleep(0.1)
             _stop(process)
-        pytest.fail("Prometheus did not become ready")
+            problems.append(f"attempt {attempt}: exit code {process.returncode}; log:\n"
+                            f"{log_path.read_text(errors='replace')[-2000:]}")
+        self._tmp.cleanup()
+        pytest.fail("Prometheus did not become ready:\n" + "\n".join(problems))
 
     def __exit__(self, *exc) -> None:
         _stop(self.server.process)

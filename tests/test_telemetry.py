@@ -211,7 +211,7 @@ class CapturingTelemetry:
     def record_rollout(self, rollout):
         self.recorder.record_rollout(rollout)
 
-    def record_learn(self, stats, collected=None):
+    def record_learn(self, stats):
         self.stats.append(dict(stats))
         self.recorder.record_learn(stats)
 
@@ -558,24 +558,27 @@ def probe_learner(env_id: str, seed: int = 0, **settings):
     return cfg, runner, net, learner
 
 
-def test_relative_entropy_is_one_for_a_uniform_policy():
-    cfg, runner, net, learner = probe_learner("rlvitals/Probe4-v0")
+def learn_one_batch(env_id: str, set_weights) -> dict:
+    """Stats of one learner update on a probe, after `set_weights(net)` under no_grad."""
+    cfg, runner, net, learner = probe_learner(env_id)
     with torch.no_grad():
-        net.policy_out.weight.zero_()
-        net.policy_out.bias.zero_()
+        set_weights(net)
     try:
-        stats = learner.learn(runner.collect(net, cfg.rollout_length))
+        return learner.learn(runner.collect(net, cfg.rollout_length))
     finally:
         runner.close()
+
+
+def _zero(layer) -> None:
+    layer.weight.zero_()
+    layer.bias.zero_()
+
+
+def test_relative_entropy_is_one_for_a_uniform_policy():
+    stats = learn_one_batch("rlvitals/Probe4-v0", lambda net: _zero(net.policy_out))
     assert stats["relative_entropy"] == pytest.approx(1.0, abs=1e-6)
     # A confident policy is far from 1.
-    cfg, runner, net, learner = probe_learner("rlvitals/Probe4-v0")
-    with torch.no_grad():
-        net.policy_out.bias.copy_(torch.tensor([0.0, 8.0]))
-    try:
-        stats = learner.learn(runner.collect(net, cfg.rollout_length))
-    finally:
-        runner.close()
+    stats = learn_one_batch("rlvitals/Probe4-v0", lambda net: net.policy_out.bias.copy_(torch.tensor([0.0, 8.0])))
     assert 0 < stats["relative_entropy"] < 0.01
 
 
@@ -632,14 +635,7 @@ def test_kl_is_exact_and_never_negative():
 
 def test_residual_variance_is_one_for_a_value_net_that_explains_nothing():
     # Probe 3's targets are +1/-1: varied. A value head that outputs 0 explains none of it.
-    cfg, runner, net, learner = probe_learner("rlvitals/Probe3-v0")
-    with torch.no_grad():
-        net.value_out.weight.zero_()
-        net.value_out.bias.zero_()
-    try:
-        stats = learner.learn(runner.collect(net, cfg.rollout_length))
-    finally:
-        runner.close()
+    stats = learn_one_batch("rlvitals/Probe3-v0", lambda net: _zero(net.value_out))
     assert stats["residual_variance"] == pytest.approx(1.0, abs=1e-6)
     # An untrained, randomly initialised net on CartPole's varied returns: near 1 as well.
     cfg = TrainConfig(env="CartPole-v1", progress=False).validate()
