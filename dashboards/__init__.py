@@ -2,7 +2,9 @@
 
 `generate` builds the dashboard JSON files in this folder from
 `rlvitals.telemetry.catalogue` (run `python -m rlvitals.dashboards.generate`,
-or with `--check` to fail when a committed file is out of date). The JSON
+or with `--check` to fail when a committed file is out of date): `panels`
+makes a panel from catalogue metrics, `content` lists the panels of each
+dashboard, `grafana` writes Grafana's JSON model. The JSON
 files are package data: `rlvitals dashboards push` and `rlvitals stack up`
 read them from here.
 

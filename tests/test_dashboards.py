@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from conftest import free_port, http_get
-from rlvitals.dashboards import DASHBOARD_DIR, dashboard_files, generate
+from rlvitals.dashboards import DASHBOARD_DIR, dashboard_files, generate, panels
 from rlvitals.dashboards.promql import catalogue_metric, metric_names, problems, selectors
 from rlvitals.telemetry.catalogue import BY_NAME, LEVELS, METRICS, Metric
 
@@ -182,17 +182,17 @@ def test_a_metric_on_no_dashboard_is_an_error(monkeypatch):
 
 
 def test_titles_units_and_help_come_from_the_catalogue():
-    panel = generate.gauges("rlvitals_learner_kl_divergence_nats")
+    panel = panels.gauges("rlvitals_learner_kl_divergence_nats")
     m = BY_NAME["rlvitals_learner_kl_divergence_nats"]
     assert panel.title == "KL divergence" and panel.unit == m.unit and m.help in panel.description()
-    rate = generate.rates("rlvitals_learner_phase_seconds_total", by=("phase",))
+    rate = panels.rates("rlvitals_learner_phase_seconds_total", by=("phase",))
     assert rate.unit == "percentunit"  # seconds per second
     assert "rate(rlvitals_learner_phase_seconds_total{" in rate.targets[0]["expr"]
-    assert generate.rates("rlvitals_weight_publish_bytes_total").unit == "Bps"
-    with pytest.raises(generate.CatalogueError):
-        generate.rates("rlvitals_queue_depth")  # a gauge has no rate
-    with pytest.raises(generate.CatalogueError):
-        generate.gauges("rlvitals_queue_depth", "rlvitals_process_resident_memory_bytes", legends=("a", "b"))
+    assert panels.rates("rlvitals_weight_publish_bytes_total").unit == "Bps"
+    with pytest.raises(panels.CatalogueError):
+        panels.rates("rlvitals_queue_depth")  # a gauge has no rate
+    with pytest.raises(panels.CatalogueError):
+        panels.gauges("rlvitals_queue_depth", "rlvitals_process_resident_memory_bytes", legends=("a", "b"))
 
 
 # ======================================================================

@@ -1,0 +1,200 @@
+"""What is on each dashboard: the Overview, Learning diagnostics and Systems dashboards as rows of panels.
+
+Each panel comes from a factory in `panels`, which takes its title, help, unit
+and query from the catalogue; a `note` here says what healthy looks like where
+the catalogue's help does not. `DASHBOARDS` maps a file name (without `.json`)
+to the function that builds the dashboard.
+"""
+
+from __future__ import annotations
+
+from .panels import (
+    RATE_WINDOW,
+    Dashboard,
+    Panel,
+    Row,
+    band,
+    gauges,
+    heatmap,
+    info_table,
+    metric,
+    quantiles,
+    rates,
+    series,
+    stat,
+    trace,
+)
+
+PROCESS = ("run_id", "component", "instance")
+RETURN_NOTE = ("Healthy: rises, noisily, then levels off near the best return the env allows; a flat line from the "
+               "start points at the learner, a drop after a rise at instability.")
+LEARNER_TOTALS = "Learner steps and updates/s"
+
+
+def alerts_firing() -> Panel:
+    expr = 'sum(ALERTS{alertstate="firing", run_id=~"$run"}) or vector(0)'
+    return stat("Alerts firing", expr, (), "none", "alerts of deploy/prometheus/rules firing now for the selected runs",
+                red_at=1, note="Healthy: 0. Open Prometheus's Alerts page (or the annotations on these dashboards) "
+                               "for the name and description of each; every rule says what to check.")
+
+
+def overview() -> Dashboard:
+    ret = "rlvitals_actor_episode_return"
+    return Dashboard("rlvitals-overview", "rlvitals / Overview",
+                     "Is the run learning and is data flowing: return, episode length, throughput, staleness, "
+                     "queue depth, alerts.", [
+        Row("At a glance", [
+            stat("Mean return", f"avg by (run_id) ({series(ret, stat='mean')})", (ret,), metric(ret).unit,
+                 "mean return of the last 100 episodes (mean over actors)", note=RETURN_NOTE),
+            stat("Env steps/s", f"sum by (run_id) (rate({series('rlvitals_actor_env_steps_total')}[{RATE_WINDOW}]))",
+                 ("rlvitals_actor_env_steps_total",), "cps", "agent steps per second, all actors"),
+            stat("Learner samples/s",
+                 f"sum by (run_id) (rate({series('rlvitals_learner_samples_consumed_total')}[{RATE_WINDOW}]))",
+                 ("rlvitals_learner_samples_consumed_total",), "cps", "samples the learner consumed per second"),
+            stat("Network age", f"max by (run_id) ({series('rlvitals_learner_network_age')})",
+                 ("rlvitals_learner_network_age",), metric("rlvitals_learner_network_age").unit,
+                 "learner optimizer steps so far",
+                 note="Healthy: keeps rising while the run lives; frozen means the learner is stuck or starved."),
+            stat("Actor restarts", f"sum by (run_id) (increase({series('rlvitals_actor_restarts_total')}[$__range]))",
+                 ("rlvitals_actor_restarts_total",), "short", "restarts within the dashboard's time range", red_at=1),
+            alerts_firing(),
+            info_table("rlvitals_run_info",
+                       note="Healthy: one `local` row for a local run; one `learner`, one `node` per machine and one "
+                            "`actor` per actor for a Ray run. A missing row is a process Prometheus cannot see."),
+        ]),
+        Row("Learning", [
+            band(ret, title="Episode return", note=RETURN_NOTE),
+            band("rlvitals_actor_episode_length", title="Episode length",
+                 note="Healthy: min and max apart in an env whose episodes should vary, the mean moving the way the "
+                      "task rewards (longer for balancing tasks, shorter for reach-the-goal tasks)."),
+            gauges("rlvitals_actor_solve_ratio", agg="avg", lo=0, hi=1, title="Solve ratio",
+                   note="Healthy: rises toward 1 as the agent learns the task; flat at 0 with rising return means the "
+                        "env's success criterion is not what the reward encourages."),
+        ]),
+        Row("Data flow", [
+            rates("rlvitals_actor_env_steps_total", "rlvitals_learner_samples_consumed_total",
+                  title="Env steps/s and learner samples/s", width=12, legends=("env steps", "learner samples")),
+            quantiles("rlvitals_learner_sample_staleness_steps", width=12),
+            gauges("rlvitals_queue_depth", "rlvitals_queue_capacity", by=("queue",), title="Queue depth", width=12,
+                   legends=("depth", "capacity")),
+            rates("rlvitals_samples_dropped_total", by=("reason",), title="Samples dropped/s", width=12),
+        ]),
+    ])
+
+
+def learning() -> Dashboard:
+    layer_note = ("Healthy: every layer in the same range and steady; one layer far from the others is where to look.")
+    return Dashboard("rlvitals-learning", "rlvitals / Learning diagnostics",
+                     "Where a learning bug lives: policy entropy and KL, the value function's fit, the distributions "
+                     "it learns from, the updates it makes, and per-layer health (debug level).", [
+        Row("Policy", [
+            gauges("rlvitals_learner_relative_entropy_ratio", lo=0, hi=1, title="Relative policy entropy"),
+            gauges("rlvitals_learner_kl_divergence_nats", title="KL(behaviour || learner)"),
+            gauges("rlvitals_learner_clip_fraction_ratio", lo=0, hi=1, title="PPO clip fraction"),
+        ]),
+        Row("Value function", [
+            gauges("rlvitals_learner_residual_variance_ratio", lo=0, title="Residual variance"),
+            gauges("rlvitals_learner_terminal_correlation", "rlvitals_learner_penultimate_terminal_correlation",
+                   lo=-1, hi=1, title="Terminal correlations", legends=("terminal", "penultimate")),
+            band("rlvitals_learner_value", title="Value predictions"),
+            band("rlvitals_learner_value_target", title="Value targets"),
+            band("rlvitals_learner_advantage", title="Advantages"),
+            band("rlvitals_learner_reward", title="Rewards",
+                 note="Healthy: exactly the range the env is documented to give, the mean rising as the agent learns."),
+        ]),
+        Row("Distributions", [
+            heatmap("rlvitals_learner_value_target_distribution", width=12,
+                    note="Healthy: mass within [-10, 10] (ideally [-3, 3]), drifting slowly as returns improve."),
+            heatmap("rlvitals_learner_advantage_distribution", width=12,
+                    note="Healthy: centred on zero, roughly symmetric, within [-10, 10]; a shifted centre means the "
+                         "advantage calculation is wrong."),
+            heatmap("rlvitals_learner_sample_staleness_steps", width=12),
+            trace("rlvitals_learner_value_trace", width=12),
+        ]),
+        Row("Updates", [
+            gauges("rlvitals_learner_update_step", by=("stat",), log=True, title="Update step size"),
+            gauges("rlvitals_learner_gradient", by=("stat",), log=True, title="Gradient statistics",
+                   note="Healthy: norm and mean-square steady or slowly falling, no spikes of orders of magnitude; "
+                        "abs-max well above the root of the mean-square."),
+            gauges("rlvitals_learner_gradient_noise_scale", log=True,
+                   note="Healthy: a long-run average of the same order as the batch size; far below it, smaller "
+                        "batches would learn as well."),
+            gauges("rlvitals_learner_loss", by=("part",), title="Losses"),
+            gauges("rlvitals_learner_training_intensity"),
+            rates("rlvitals_learner_samples_learned_total", title="Sample-gradient passes/s",
+                  note="Healthy: steady at about epochs x learner samples/s."),
+        ]),
+        Row("Layers", [
+            gauges("rlvitals_learner_layer_weight_rms", by=("layer",), width=12),
+            gauges("rlvitals_learner_layer_gradient_rms", by=("layer",), log=True, width=12, note=layer_note),
+            gauges("rlvitals_learner_layer_activation_std", by=("layer",), width=12, note=layer_note),
+            gauges("rlvitals_learner_layer_dead_ratio", by=("layer",), lo=0, hi=1, width=12, title="Dead units"),
+        ]),
+    ])
+
+
+def systems() -> Dashboard:
+    phase_note = "Healthy: the shares stay steady over the run; compute phases dominate, waiting is a small share."
+    gpu_note = "Healthy: steady, well inside the card's limits; compare GPUs of the same node."
+    return Dashboard("rlvitals-systems", "rlvitals / Systems",
+                     "Per-component throughput and phase timings, queues and transport, memory of every process, "
+                     "torch and NVML memory, GPU vitals, restarts and dropped samples.", [
+        Row("Throughput", [
+            rates("rlvitals_actor_env_steps_total", per=PROCESS, title="Env steps/s per process"),
+            rates("rlvitals_actor_episodes_total", per=PROCESS, title="Episodes/s per process",
+                  note="Healthy: steady; a falling rate at steady env steps/s means episodes got longer."),
+            rates("rlvitals_learner_samples_consumed_total", "rlvitals_learner_samples_learned_total",
+                  title="Learner samples/s", legends=("consumed", "learned")),
+            rates("rlvitals_learner_steps_total", "rlvitals_learner_updates_total", title=LEARNER_TOTALS,
+                  legends=("optimizer steps", "updates"),
+                  note="Healthy: both steady; steps/s = updates/s x epochs x minibatches."),
+        ]),
+        Row("Phase timings", [
+            rates("rlvitals_learner_phase_seconds_total", by=("phase",), title="Learner time by phase", stack=True,
+                  width=12, note=phase_note),
+            rates("rlvitals_actor_phase_seconds_total", by=("phase",), agg="avg", title="Actor time by phase",
+                  stack=True, width=12, note=phase_note),
+        ]),
+        Row("Queues and transport", [
+            gauges("rlvitals_queue_depth", "rlvitals_queue_capacity", by=("queue",), title="Queue depth and capacity",
+                   legends=("depth", "capacity")),
+            rates("rlvitals_samples_dropped_total", by=("reason",), title="Samples dropped/s"),
+            rates("rlvitals_actor_restarts_total", title="Actor restarts/s"),
+            gauges("rlvitals_actor_weight_version", "rlvitals_learner_network_age", per=PROCESS,
+                   title="Weight versions", legends=("acting with", "learner network"),
+                   note="Healthy: every actor's line follows the learner's network age a few versions behind."),
+            rates("rlvitals_weight_publishes_total", title="Weight publishes/s",
+                  note="Healthy: steady, about one per learner update."),
+            rates("rlvitals_weight_publish_bytes_total", title="Weight bytes published/s",
+                  note="Healthy: publishes/s x model size, a small fraction of the network's bandwidth."),
+        ]),
+        Row("Memory and CPU", [
+            gauges("rlvitals_process_resident_memory_bytes", per=PROCESS, width=12),
+            rates("rlvitals_process_cpu_seconds_total", per=PROCESS, width=12, title="Process CPU (100% = one core)",
+                  note="Healthy: actors near one core each, the learner busy; a process at 0 is stuck."),
+            gauges("rlvitals_node_memory_used_bytes", "rlvitals_node_memory_total_bytes", per=("run_id", "instance"),
+                   title="Machine memory", width=12, legends=("used", "total")),
+            gauges("rlvitals_node_cpu_utilization_ratio", per=("run_id", "instance"), lo=0, hi=1, width=12,
+                   title="Machine CPU utilisation",
+                   note="Healthy: high while training (the cores are used) with throughput to match."),
+        ]),
+        Row("GPU", [
+            gauges("rlvitals_torch_memory_allocated_bytes", "rlvitals_torch_memory_reserved_bytes",
+                   "rlvitals_torch_memory_peak_allocated_bytes", "rlvitals_torch_memory_peak_reserved_bytes",
+                   per=PROCESS, by=("device",), title="Torch CUDA memory", width=12,
+                   legends=("allocated", "reserved", "peak allocated", "peak reserved"),
+                   note="Healthy: allocated flat after warm-up, reserved not far above it, peaks well below the "
+                        "GPU's memory."),
+            gauges("rlvitals_gpu_memory_used_bytes", "rlvitals_gpu_memory_total_bytes", per=("run_id", "instance"),
+                   by=("gpu",), title="GPU memory (NVML)", width=12, legends=("used", "total"),
+                   note="Healthy: used flat after warm-up and well below total."),
+            gauges("rlvitals_gpu_utilization_ratio", per=("run_id", "instance"), by=("gpu",), lo=0, hi=1,
+                   title="GPU utilisation", note="Healthy: high and steady on the learner's GPU."),
+            gauges("rlvitals_gpu_temperature_celsius", per=("run_id", "instance"), by=("gpu",), note=gpu_note),
+            gauges("rlvitals_gpu_power_watts", per=("run_id", "instance"), by=("gpu",), note=gpu_note),
+            gauges("rlvitals_gpu_fan_ratio", per=("run_id", "instance"), by=("gpu",), lo=0, hi=1, note=gpu_note),
+        ]),
+    ])
+
+
+DASHBOARDS = {"overview": overview, "learning": learning, "systems": systems}

@@ -1,0 +1,74 @@
+"""The Grafana dashboard JSON model of a `Dashboard` spec: panels placed on the grid, variables, annotations."""
+
+from __future__ import annotations
+
+from .panels import DATASOURCE, GRID_WIDTH, Dashboard, Panel
+
+SCHEMA_VERSION = 39
+TAG = "rlvitals"
+
+
+def _templating() -> dict:
+    def query_variable(name: str, label: str, query: str) -> dict:
+        return {"name": name, "label": label, "type": "query", "datasource": DATASOURCE, "definition": query,
+                "query": {"query": query, "refId": f"{name}-variable"}, "refresh": 2, "sort": 1, "multi": True,
+                "includeAll": True, "allValue": ".*", "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+                "hide": 0, "regex": "", "options": []}
+
+    return {"list": [
+        {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus", "refresh": 1,
+         "regex": "", "hide": 0, "includeAll": False, "multi": False, "current": {}, "options": []},
+        query_variable("run", "Run", "label_values(rlvitals_run_info, run_id)"),
+        query_variable("node", "Node", 'label_values(rlvitals_process_resident_memory_bytes{run_id=~"$run"}, node)'),
+    ]}
+
+
+def _annotations() -> dict:
+    return {"list": [
+        {"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "enable": True, "hide": True,
+         "iconColor": "rgba(0, 211, 255, 1)", "name": "Annotations & Alerts", "type": "dashboard"},
+        {"datasource": DATASOURCE, "enable": True, "expr": 'ALERTS{alertstate="firing", run_id=~"$run"}',
+         "iconColor": "red", "name": "rlvitals alerts", "step": "1m", "titleFormat": "{{alertname}}",
+         "tagKeys": "severity,run_id", "textFormat": "{{run_id}}", "useValueForTime": False},
+    ]}
+
+
+def _panel_json(panel: Panel, pid: int, pos: dict) -> dict:
+    out = {"id": pid, "type": panel.kind, "title": panel.title, "description": panel.description(),
+           "datasource": DATASOURCE, "gridPos": pos}
+    defaults = {"unit": panel.unit, **panel.defaults}
+    if panel.kind == "timeseries":
+        defaults["custom"] = {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 0, "showPoints": "never",
+                              "spanNulls": False, "axisCenteredZero": False, **panel.custom}
+        out["options"] = {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+                          "tooltip": {"mode": "multi", "sort": "none"}}
+    else:
+        out["options"] = panel.options
+    out["fieldConfig"] = {"defaults": defaults, "overrides": panel.overrides}
+    out["targets"] = [{**t, "refId": chr(ord("A") + i)} for i, t in enumerate(panel.targets)]
+    if panel.transformations:
+        out["transformations"] = panel.transformations
+    return out
+
+
+def build(spec: Dashboard) -> dict:
+    """The Grafana dashboard JSON model of one dashboard spec."""
+    panels, pid, y = [], 1, 0
+    for row in spec.rows:
+        panels.append({"id": pid, "type": "row", "title": row.title, "collapsed": False, "panels": [],
+                       "gridPos": {"h": 1, "w": GRID_WIDTH, "x": 0, "y": y}})
+        pid, y = pid + 1, y + 1
+        x, line = 0, 0
+        for panel in row.panels:
+            if x + panel.width > GRID_WIDTH:
+                x, y, line = 0, y + line, 0
+            panels.append(_panel_json(panel, pid, {"h": panel.height, "w": panel.width, "x": x, "y": y}))
+            pid, x, line = pid + 1, x + panel.width, max(line, panel.height)
+        y += line
+    others = [{"asDropdown": False, "includeVars": True, "keepTime": True, "tags": [TAG], "title": "rlvitals",
+               "type": "dashboards", "icon": "external link"}]
+    return {"id": None, "uid": spec.uid, "title": spec.title, "description": spec.description, "tags": [TAG],
+            "editable": True, "graphTooltip": 1, "schemaVersion": SCHEMA_VERSION, "version": 1,
+            "time": {"from": "now-1h", "to": "now"}, "refresh": "10s", "timezone": "browser",
+            "timepicker": {}, "fiscalYearStartMonth": 0, "liveNow": False, "weekStart": "",
+            "templating": _templating(), "annotations": _annotations(), "links": others, "panels": panels}

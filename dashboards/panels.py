@@ -1,0 +1,276 @@
+"""Panel factories: a dashboard panel from catalogue metrics and a view.
+
+A panel names catalogue metrics and a view (rate of a counter, lines of a
+gauge, min/mean/max band of a stat-labelled gauge, heatmap or quantiles of a
+histogram, a single stat, a table, a bar chart), and everything else comes
+from the catalogue entry: the title from the name, the description from the
+help text (what healthy looks like), the unit from `unit`, the query from the
+kind and labels, the verbosity level it needs.
+
+Every query selects `run_id=~"$run", node=~"$node"` (both template variables
+default to All, whose value `.*` also matches series without the label, such
+as a local run's, which has no `node`), counters go through
+`rate(...[$__rate_interval])`, and every panel reads the `$datasource` variable.
+`Row` and `Dashboard` lay panels out; `content` says what is on each dashboard
+and `grafana` turns a `Dashboard` into Grafana's JSON model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rlvitals.telemetry.catalogue import BY_NAME, LEVELS, Metric
+
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+SELECTOR = 'run_id=~"$run", node=~"$node"'
+RATE_WINDOW = "$__rate_interval"
+# Unit of a counter's per-second rate, by the counter's catalogue unit: counts become
+# counts/s, seconds per second is the fraction of wall time, bytes become bytes/s.
+RATE_UNITS = {"short": "cps", "none": "cps", "s": "percentunit", "bytes": "Bps"}
+UNIT_SUFFIXES = ("_total", "_ratio", "_bytes", "_seconds", "_nats", "_celsius", "_watts", "_steps")
+WORDS = {"cpu": "CPU", "gpu": "GPU", "kl": "KL", "rms": "RMS"}
+ROLE_WORDS = ("learner", "actor")
+"""Dropped from titles: the dashboards' rows say whose a metric is."""
+ROW_HEIGHT = 8
+STAT_HEIGHT = 4
+GRID_WIDTH = 24
+
+
+class CatalogueError(Exception):
+    """The dashboards and the catalogue disagree."""
+
+
+def metric(name: str) -> Metric:
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise CatalogueError(f"{name} is not in the telemetry catalogue") from None
+
+
+def series(name: str, **matchers: str) -> str:
+    """`name{run_id=~"$run", node=~"$node", k="v"...}`."""
+    extra = "".join(f', {k}="{v}"' for k, v in matchers.items())
+    return f"{name}{{{SELECTOR}{extra}}}"
+
+
+def title_of(m: Metric) -> str:
+    """'rlvitals_learner_kl_divergence_nats' -> 'KL divergence'."""
+    name = m.name.removeprefix("rlvitals_")
+    for _ in range(2):  # '_seconds_total'
+        for suffix in UNIT_SUFFIXES:
+            if name.endswith(suffix):
+                name = name[: -len(suffix)]
+    words = [WORDS.get(w, w) for w in name.split("_")]
+    if len(words) > 1 and words[0] in ROLE_WORDS:
+        words = words[1:]
+    text = " ".join(words)
+    return text[0].upper() + text[1:]
+
+
+def _legends(ms: list[Metric], legends: tuple[str, ...]) -> tuple[str, ...]:
+    """Legend word per metric: none for a one-metric panel, else one given per metric."""
+    if len(ms) == 1 and not legends:
+        return ("",)
+    if len(legends) != len(ms):
+        raise CatalogueError(f"panel of {[m.name for m in ms]} needs one legend word per metric")
+    return legends
+
+
+def legend(labels: tuple[str, ...], suffix: str = "") -> str:
+    return " ".join([f"{{{{{label}}}}}" for label in labels] + ([suffix] if suffix else []))
+
+
+def target(expr: str, legend_format: str, **extra) -> dict:
+    return {"datasource": DATASOURCE, "editorMode": "code", "expr": expr, "legendFormat": legend_format,
+            "range": True, **extra}
+
+
+
+# ------------------------------------------------------------------ panels
+@dataclass
+class Panel:
+    title: str
+    metrics: tuple[str, ...]
+    targets: list[dict]
+    unit: str
+    shown: str
+    kind: str = "timeseries"
+    width: int = 8
+    height: int = ROW_HEIGHT
+    note: str = ""
+    """What healthy looks like, where the catalogue help does not say it."""
+    defaults: dict = field(default_factory=dict)
+    custom: dict = field(default_factory=dict)
+    overrides: list = field(default_factory=list)
+    options: dict = field(default_factory=dict)
+    transformations: list = field(default_factory=list)
+
+    def description(self) -> str:
+        ms = [metric(n) for n in self.metrics]
+        parts = [self.note] if self.note else []
+        if len(ms) == 1:
+            parts.append(ms[0].help)
+        else:
+            parts.extend(f"`{m.name}`: {m.help}" for m in ms)
+        foot = f"Shown: {self.shown}"
+        if ms:
+            foot += f". Exported from verbosity `{max((m.level for m in ms), key=LEVELS.index)}` up"
+        if any(m.hardware for m in ms):
+            foot += "; only where a GPU is present"
+        parts.append(foot + ".")
+        text = "\n\n".join(parts)
+        if "healthy" not in text.lower():
+            raise CatalogueError(f"panel {self.title!r}: no text says what healthy looks like; give it a note")
+        return text
+
+
+def _one_unit(ms: list[Metric], table: dict | None = None) -> str:
+    units = {(table or {}).get(m.unit, m.unit) for m in ms}
+    if len(units) != 1:
+        raise CatalogueError(f"one panel, several units: {[m.name for m in ms]} -> {sorted(units)}")
+    return units.pop()
+
+
+def rates(*names: str, by: tuple[str, ...] = (), per: tuple[str, ...] = ("run_id",), agg: str = "sum",
+          title: str | None = None, stack: bool = False, legends: tuple[str, ...] = (), **kw) -> Panel:
+    """Per-second rate of counters, aggregated per run (or per process) and `by` labels."""
+    ms = [metric(n) for n in names]
+    for m in ms:
+        if m.kind != "counter":
+            raise CatalogueError(f"{m.name} is a {m.kind}, not a counter")
+    group = ", ".join(per + by)
+    targets = [target(f"{agg} by ({group}) (rate({series(m.name)}[{RATE_WINDOW}]))", legend(per + by, word))
+               for m, word in zip(ms, _legends(ms, legends))]
+    shown = f"per-second rate over $__rate_interval, {'summed' if agg == 'sum' else agg + ' over processes'} " \
+            f"per {' and '.join(per + by)}"
+    custom = {"stacking": {"group": "A", "mode": "normal"}, "fillOpacity": 20} if stack else {}
+    return Panel(title or title_of(ms[0]), tuple(names), targets, _one_unit(ms, RATE_UNITS), shown,
+                 custom=custom, **kw)
+
+
+def gauges(*names: str, by: tuple[str, ...] = (), per: tuple[str, ...] = ("run_id",), agg: str = "max",
+           title: str | None = None, log: bool = False, lo: float | None = None, hi: float | None = None,
+           legends: tuple[str, ...] = (), **kw) -> Panel:
+    """Gauges as lines, one per run (or per process) and `by` label value."""
+    ms = [metric(n) for n in names]
+    group = ", ".join(per + by)
+    targets = [target(f"{agg} by ({group}) ({series(m.name)})", legend(per + by, word))
+               for m, word in zip(ms, _legends(ms, legends))]
+    defaults = {k: v for k, v in (("min", lo), ("max", hi)) if v is not None}
+    custom = {"scaleDistribution": {"type": "log", "log": 10}} if log else {}
+    shown = f"latest value per {' and '.join(per + by)}" + (" (log scale)" if log else "")
+    return Panel(title or title_of(ms[0]), tuple(names), targets, _one_unit(ms), shown, defaults=defaults,
+                 custom=custom, **kw)
+
+
+STAT_AGG = {"min": "min", "mean": "avg", "max": "max", "std": "avg"}
+
+
+def band(name: str, title: str | None = None, **kw) -> Panel:
+    """A stat-labelled gauge (min, max, mean, std) as a band: dashed min and max around a solid mean."""
+    m = metric(name)
+    if m.labels != ("stat",):
+        raise CatalogueError(f"{name} has no stat label")
+    targets = [target(f"{STAT_AGG[s]} by (run_id) ({series(name, stat=s)})", legend(("run_id",), s))
+               for s in ("min", "mean", "max", "std") if s in m.label_values["stat"]]
+    dashed = {"custom.lineStyle": {"fill": "dash", "dash": [10, 10]}, "custom.fillOpacity": 0}
+    overrides = [
+        {"matcher": {"id": "byRegexp", "options": "/ (min|max)$/"},
+         "properties": [{"id": k, "value": v} for k, v in dashed.items()]},
+        {"matcher": {"id": "byRegexp", "options": "/ mean$/"}, "properties": [{"id": "custom.lineWidth", "value": 2}]},
+        {"matcher": {"id": "byRegexp", "options": "/ std$/"},
+         "properties": [{"id": "custom.lineStyle", "value": {"fill": "dot", "dash": [0, 10]}}]},
+    ]
+    shown = "min, mean and max as a band (dashed: min and max; solid: mean; dotted: std), per run"
+    return Panel(title or title_of(m), (name,), targets, m.unit, shown, overrides=overrides, **kw)
+
+
+def heatmap(name: str, **kw) -> Panel:
+    """A histogram as a heatmap of the observations made in each interval."""
+    m = metric(name)
+    if m.kind != "histogram":
+        raise CatalogueError(f"{name} is not a histogram")
+    expr = f"sum by (le) (increase({series(name + '_bucket')}[{RATE_WINDOW}]))"
+    options = {"calculate": False, "cellGap": 1, "yAxis": {"axisPlacement": "left", "unit": m.unit},
+               "rowsFrame": {"layout": "auto"}, "color": {"mode": "scheme", "scheme": "Oranges", "scale": "exponential",
+                                                           "exponent": 0.5, "steps": 64, "fill": "dark-orange"},
+               "tooltip": {"mode": "single", "yHistogram": True}, "legend": {"show": True},
+               "filterValues": {"le": 1e-9}}
+    shown = "observations per bucket in each $__rate_interval, summed over the selected runs (pick one run)"
+    return Panel(title_of(m) + " (heatmap)", (name,), [target(expr, "{{le}}", format="heatmap")], m.unit, shown,
+                 kind="heatmap", options=options, **kw)
+
+
+def quantiles(name: str, **kw) -> Panel:
+    """A non-negative histogram as its mean and 50th/90th/99th percentiles per run."""
+    m = metric(name)
+    if m.kind != "histogram" or min(m.buckets) < 0:
+        raise CatalogueError(f"{name}: quantiles need a histogram with _sum and _count")
+
+    def rate(suffix: str) -> str:
+        return f"rate({series(name + suffix)}[{RATE_WINDOW}])"
+
+    targets = [target(f"sum by (run_id) ({rate('_sum')}) / sum by (run_id) ({rate('_count')})",
+                      legend(("run_id",), "mean"))]
+    targets += [target(f"histogram_quantile({q}, sum by (run_id, le) ({rate('_bucket')}))",
+                       legend(("run_id",), f"p{int(q * 100)}")) for q in (0.5, 0.9, 0.99)]
+    shown = "mean and 50th/90th/99th percentiles of the samples that arrived in each $__rate_interval, per run"
+    return Panel(title_of(m), (name,), targets, m.unit, shown, **kw)
+
+
+def stat(title: str, expr: str, names: tuple[str, ...], unit: str, shown: str, red_at: float | None = None,
+         **kw) -> Panel:
+    """A single number: the latest value of one query."""
+    steps = [{"color": "green", "value": None}]
+    if red_at is not None:
+        steps.append({"color": "red", "value": red_at})
+    defaults = {"color": {"mode": "thresholds"}, "thresholds": {"mode": "absolute", "steps": steps}}
+    options = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}, "colorMode": "value",
+               "graphMode": "area", "justifyMode": "auto", "orientation": "auto", "textMode": "auto"}
+    return Panel(title, names, [target(expr, legend(("run_id",)))], unit, shown, kind="stat", width=4,
+                 height=STAT_HEIGHT, defaults=defaults, options=options, **kw)
+
+
+def info_table(name: str, **kw) -> Panel:
+    """An info metric as a table: one row per process, its identity labels as columns."""
+    m = metric(name)
+    hidden = {"Time": True, "Value": True, "__name__": True, "job": True, "exported_run_id": True}
+    transformations = [{"id": "organize", "options": {"excludeByName": hidden, "indexByName": {}, "renameByName": {}}}]
+    shown = "one row per process of the selected runs, from the process's identity labels"
+    return Panel("Runs and processes", (name,), [target(series(name), "", format="table", instant=True, range=False)],
+                 m.unit, shown, kind="table", width=GRID_WIDTH, height=5, transformations=transformations,
+                 options={"showHeader": True, "cellHeight": "sm"}, **kw)
+
+
+def trace(name: str, **kw) -> Panel:
+    """The debug value trace: value and reward along one trajectory, by rollout step (pick one run)."""
+    m = metric(name)
+    transformations = [
+        {"id": "groupingToMatrix", "options": {"columnField": "series", "rowField": "step", "valueField": "Value"}},
+        {"id": "organize", "options": {"renameByName": {"step\\series": "step"}}},
+        {"id": "convertFieldType", "options": {"conversions": [{"targetField": "step", "destinationType": "number"}]}},
+        {"id": "sortBy", "options": {"sort": [{"field": "step"}]}},
+        {"id": "convertFieldType", "options": {"conversions": [{"targetField": "step", "destinationType": "string"}]}},
+    ]
+    options = {"xField": "step", "orientation": "vertical", "showValue": "never", "groupWidth": 0.8, "barWidth": 0.9,
+               "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+               "tooltip": {"mode": "multi", "sort": "none"}, "xTickLabelSpacing": 100}
+    shown = "latest trace, value and reward side by side at each rollout step (pick one run)"
+    expr = f"max by (series, step) ({series(name)})"
+    return Panel(title_of(m), (name,), [target(expr, "{{series}}", format="table", instant=True, range=False)],
+                 m.unit, shown, kind="barchart", transformations=transformations, options=options, **kw)
+
+
+# ------------------------------------------------------------------ layout
+@dataclass
+class Row:
+    title: str
+    panels: list[Panel]
+
+
+@dataclass
+class Dashboard:
+    uid: str
+    title: str
+    description: str
+    rows: list[Row]
