@@ -52,12 +52,19 @@ def vtrace(values, next_values, rewards, terminated, done, log_rhos, gamma: floa
            rho_clip: float = 1.0, c_clip: float = 1.0, valid=None):
     """V-trace targets (Espeholt et al., 2018, eq. 1, with lambda) and the PPO advantage.
 
-    v_s - V(x_s) = rho_s delta_s + gamma c_s (v_{s+1} - V(x_{s+1})),  rho = min(rho_clip, pi/mu),
-    c = lam * min(c_clip, pi/mu).
+    Targets:  v_s - V(x_s) = rho_s delta_s + gamma c_s (v_{s+1} - V(x_{s+1})),
+              rho = min(rho_clip, pi/mu),  c = lam * min(c_clip, pi/mu).
+    Advantage: A_s = delta_s + gamma lam (v_{s+1} - V(x_{s+1}))
+                   = r_s + gamma [(1 - lam) V(x_{s+1}) + lam v_{s+1}] - V(x_s).
 
-    The returned advantage leaves out the leading rho_s, because PPO's surrogate
-    multiplies by pi/mu itself: A_s = delta_s + gamma c_s (v_{s+1} - V(x_{s+1})).
-    On-policy (log_rhos = 0, clips >= 1) both reduce exactly to GAE(lambda).
+    The advantage estimates Q(x_s, a_s) - V(x_s) for the action actually taken, so
+    that action's own ratio cuts nothing: with lam = 1 it is the paper's
+    r_s + gamma v_{s+1} - V(x_s) (section 4.2), and lam mixes the bootstrap in as the
+    lambda-return does. It leaves out the paper's leading rho_s because PPO's
+    surrogate multiplies by pi/mu itself. At an episode cut or the rollout's end
+    v_{s+1} - V(x_{s+1}) is 0, so A_s = delta_s. On-policy (log_rhos = 0, clips >= 1)
+    v_{s+1} - V(x_{s+1}) is GAE_{s+1}, so both reduce exactly to GAE(lambda).
+    Derivation: docs/vtrace.md.
     """
     not_terminal, carry, live = _masks(terminated, done, valid, rewards.dtype)
     rhos = log_rhos.exp()
@@ -68,8 +75,8 @@ def vtrace(values, next_values, rewards, terminated, done, log_rhos, gamma: floa
     advantages = torch.zeros_like(rewards)
     acc = torch.zeros_like(rewards[0])        # v_{s+1} - V(x_{s+1})
     for t in reversed(range(rewards.shape[0])):
-        carried = gamma * cs[t] * carry[t] * acc
-        advantages[t] = deltas[t] + carried
-        acc = clipped_rho[t] * deltas[t] + carried
+        # carry[t] = 0 across a cut: nothing after it belongs to this episode.
+        advantages[t] = deltas[t] + gamma * lam * carry[t] * acc
+        acc = clipped_rho[t] * deltas[t] + gamma * cs[t] * carry[t] * acc
         corrections[t] = acc
     return values + corrections, advantages

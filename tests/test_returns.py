@@ -4,7 +4,8 @@ In the style of TorchBeast's `vtrace_test.py`: every function is checked
 against a reference written as the explicit sums and products of the papers
 (Schulman et al. 2016 for GAE, Espeholt et al. 2018 eq. 1 for V-trace), in
 plain Python floats, one environment column at a time, plus small cases whose
-numbers are worked out by hand in the comments.
+numbers are worked out by hand in the comments. V-trace is also checked against
+RLlib's implementation and GAE against a lambda-return of n-step returns.
 
 Conventions (see `learner/returns.py`): time-major [T, N]; `next_values[t]` is
 V(x_{t+1}); termination zeroes the bootstrap, truncation keeps it; `done`
@@ -14,7 +15,11 @@ reset transition, which contributes nothing and lets nothing through.
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import math
+from collections import namedtuple
+from pathlib import Path
 
 import pytest
 import torch
@@ -86,16 +91,29 @@ def ref_vtrace_column(values, next_values, rewards, terminated, done, valid, log
         v_s = V(x_s) + sum_{t=s}^{e} gamma^{t-s} (prod_{i=s}^{t-1} c_i) rho_t delta_t
         rho_t = min(rho_clip, pi/mu(a_t|x_t)),  c_i = lam * min(c_clip, pi/mu(a_i|x_i))
 
-    and the PPO advantage, i.e. the same sum without the leading rho_s:
+    and the PPO advantage, the estimate of Q(x_s, a_s) - V(x_s) for the action taken
+    (section 4.2 with lambda, without the leading rho_s that PPO's ratio supplies):
 
-        A_s = delta_s + sum_{t=s+1}^{e} gamma^{t-s} (prod_{i=s}^{t-1} c_i) rho_t delta_t
-            = delta_s + gamma c_s (v_{s+1} - V(x_{s+1})).
+        A_s = delta_s + gamma lam (v_{s+1} - V(x_{s+1}))     (s < e)
+        A_s = delta_s                                          (s = e: the episode or rollout ends)
+
+    with v_{s+1} - V(x_{s+1}) the eq. 1 sum started at s+1. No c_s: a_s is given.
     """
     T = len(rewards)
     delta = _deltas(values, next_values, rewards, terminated, gamma)
     ratio = [math.exp(x) for x in log_rhos]
     rho = [min(rho_clip, x) for x in ratio]
     c = [lam * min(c_clip, x) for x in ratio]
+
+    def correction(s, e):   # v_s - V(x_s), eq. 1 summed out
+        total = 0.0
+        for t in range(s, e + 1):
+            prod_c = 1.0
+            for i in range(s, t):
+                prod_c *= c[i]
+            total += gamma ** (t - s) * prod_c * rho[t] * delta[t]
+        return total
+
     vs, adv = [], []
     for s in range(T):
         if not valid[s]:
@@ -103,17 +121,37 @@ def ref_vtrace_column(values, next_values, rewards, terminated, done, valid, log
             adv.append(0.0)
             continue
         e = _segment_end(s, done, valid)
-        total_vs = 0.0
-        total_adv = 0.0
-        for t in range(s, e + 1):
-            prod_c = 1.0
-            for i in range(s, t):
-                prod_c *= c[i]
-            total_vs += gamma ** (t - s) * prod_c * rho[t] * delta[t]
-            total_adv += gamma ** (t - s) * prod_c * (1.0 if t == s else rho[t]) * delta[t]
-        vs.append(values[s] + total_vs)
-        adv.append(total_adv)
+        vs.append(values[s] + correction(s, e))
+        adv.append(delta[s] + (gamma * lam * correction(s + 1, e) if s < e else 0.0))
     return vs, adv
+
+
+def ref_lambda_return_gae_column(values, next_values, rewards, terminated, done, valid, gamma, lam):
+    """GAE as the lambda-return minus the baseline (Sutton & Barto eq. 12.9, truncated at e):
+
+        G^(n)_s  = sum_{k<n} gamma^k r_{s+k} + gamma^n (1 - term_{s+n-1}) V(x_{s+n})
+        G^lam_s  = (1 - lam) sum_{n=1}^{L-1} lam^{n-1} G^(n)_s + lam^{L-1} G^(L)_s,   L = e - s + 1
+        A_s      = G^lam_s - V(x_s)
+
+    Built from n-step returns, not TD errors: a second formulation, independent of
+    ref_gae_column. Needs consistent values (V(x_{s+n}) = values[s+n] inside an episode).
+    """
+    out = []
+    for s in range(len(rewards)):
+        if not valid[s]:
+            out.append(0.0)
+            continue
+        e = _segment_end(s, done, valid)
+        L = e - s + 1
+
+        def n_step(n):
+            last = s + n - 1
+            g = sum(gamma ** k * rewards[s + k] for k in range(n))
+            return g + (0.0 if terminated[last] else gamma ** n * next_values[last])
+
+        g_lam = (1 - lam) * sum(lam ** (n - 1) * n_step(n) for n in range(1, L)) + lam ** (L - 1) * n_step(L)
+        out.append(g_lam - values[s])
+    return out
 
 
 def ref_returns(rewards, next_values, terminated, done, gamma, valid=None):
@@ -301,6 +339,22 @@ def test_gae_limits(seed, T, N):
     close(a1[valid], (g - v)[valid])
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("T,N", [(1, 1), (9, 3), (24, 8)])
+def test_gae_matches_lambda_return_reference(seed, T, N):
+    d = random_rollout(seed, T, N, p_term=0.15, p_trunc=0.1)   # consistent values: V(x_{t+1}) shared
+    for gamma, lam in [(0.99, 0.95), (0.9, 0.0), (0.9, 1.0), (1.0, 0.5)]:
+        cols = []
+        for n in range(N):
+            cols.append(ref_lambda_return_gae_column(
+                *(_column(d[k], n) for k in ("values", "next_values", "rewards", "terminated", "done", "valid")),
+                gamma, lam))
+        expected = torch.tensor(cols, dtype=F64).T
+        out = gae(d["values"], d["next_values"], d["rewards"], d["terminated"], d["done"], gamma, lam,
+                  valid=d["valid"])
+        close(out, expected, atol=1e-9, rtol=1e-9)
+
+
 # --------------------------------------------------------------------------
 # (3) V-trace against the reference, off-policy.
 # --------------------------------------------------------------------------
@@ -325,24 +379,115 @@ def test_vtrace_matches_reference(seed, T, N, rho_clip, c_clip):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_vtrace_advantage_is_delta_plus_discounted_next_correction(seed):
-    """A_s = delta_s + gamma c_s (v_{s+1} - V(x_{s+1})) inside an episode, and A_s = delta_s
-    at a cut, with v and V taken from vtrace's own outputs (consistent values)."""
-    T, N, gamma, lam, rho_clip, c_clip = 16, 4, 0.9, 0.8, 1.2, 0.9
+@pytest.mark.parametrize("rho_clip,c_clip", CLIPS)
+def test_vtrace_advantage_is_q_estimate_minus_baseline(seed, rho_clip, c_clip):
+    """Section 4.2 with lambda, from vtrace's own targets (consistent values):
+        A_s = r_s + gamma (1 - term_s) [(1 - lam) V(x_{s+1}) + lam v_{s+1}] - V(x_s)
+    where v_{s+1} = V(x_{s+1}) at a cut (no later step belongs to the episode)."""
+    T, N, gamma = 16, 4, 0.9
     d = random_rollout(seed, T, N)
     v, nv, r, term, done, valid, lr = (d[k] for k in ("values", "next_values", "rewards", "terminated",
                                                       "done", "valid", "log_rhos"))
-    vs, adv = vtrace(v, nv, r, term, done, lr, gamma, lam, rho_clip, c_clip, valid=valid)
-    delta = r + gamma * (~term).to(F64) * nv - v
-    c = lam * lr.exp().clamp(max=c_clip)
-    nxt = torch.zeros_like(v)
-    nxt[:-1] = (vs - v)[1:]
-    through = ~done & torch.cat([valid[1:], torch.zeros(1, N, dtype=torch.bool)])
-    expected = delta + gamma * c * nxt * through
-    close(adv[valid], expected[valid])
-    # And the target itself: v_s - V(x_s) = rho_s delta_s + gamma c_s (v_{s+1} - V(x_{s+1})).
-    rho = lr.exp().clamp(max=rho_clip)
-    close((vs - v)[valid], (rho * delta + gamma * c * nxt * through)[valid])
+    for lam in (0.0, 0.8, 1.0):
+        vs, adv = vtrace(v, nv, r, term, done, lr, gamma, lam, rho_clip, c_clip, valid=valid)
+        v_next = nv.clone()
+        through = ~done[:-1] & valid[1:]
+        v_next[:-1] = torch.where(through, vs[1:], nv[:-1])
+        q = r + gamma * (~term).to(F64) * ((1 - lam) * nv + lam * v_next)
+        close(adv[valid], (q - v)[valid])
+        # And the target's recursion: v_s - V(x_s) = rho_s delta_s + gamma c_s (v_{s+1} - V(x_{s+1})).
+        delta = r + gamma * (~term).to(F64) * nv - v
+        rho, c = lr.exp().clamp(max=rho_clip), lam * lr.exp().clamp(max=c_clip)
+        close((vs - v)[valid], (rho * delta + gamma * c * (v_next - nv))[valid])
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("rho_clip,c_clip", [(1.0, 1.0), (INF, INF), (0.5, 2.0)])
+def test_vtrace_advantage_ignores_its_own_actions_ratio(seed, rho_clip, c_clip):
+    """A_s is about the action taken at s: d A_s / d log_rho_s = 0, while later ratios
+    (which weigh later actions) and the target v_s (which averages over a_s) do move."""
+    T, N = 10, 3
+    d = random_rollout(seed, T, N, p_term=0.1, p_trunc=0.05, log_rho_scale=0.3)
+    args = lambda lr: (d["values"], d["next_values"], d["rewards"], d["terminated"], d["done"], lr,  # noqa: E731
+                       0.9, 0.8, rho_clip, c_clip)
+    J_adv, J_vs = torch.autograd.functional.jacobian(
+        lambda lr: tuple(reversed(vtrace(*args(lr), valid=d["valid"]))), d["log_rhos"])
+    for s in range(T):
+        for n in range(N):
+            assert J_adv[s, n, s, n] == 0.0, (s, n)
+    assert J_adv.abs().sum() > 0 and J_vs.abs().sum() > 0
+
+
+# --------------------------------------------------------------------------
+# (3b) V-trace against RLlib's implementation (an independent transcription).
+# --------------------------------------------------------------------------
+
+def rllib_from_importance_weights():
+    """RLlib's `vtrace_torch.from_importance_weights`, from the installed `ray` wheel.
+
+    Importing it through `ray.rllib` pulls in ray.tune, pandas, pyarrow and dm-tree,
+    which this project does not install; the function itself needs only torch. So
+    when the import fails, its source text is taken verbatim from the wheel's file
+    and compiled on its own (RLlib's tensor conversion replaced by torch.as_tensor).
+    """
+    try:
+        from ray.rllib.algorithms.impala.vtrace_torch import from_importance_weights
+        return from_importance_weights
+    except Exception:  # noqa: BLE001 - any import failure means: read the file instead
+        pass
+    spec = importlib.util.find_spec("ray")
+    path = Path(spec.origin).parent / "rllib" / "algorithms" / "impala" / "vtrace_torch.py" if spec else None
+    if path is None or not path.exists():
+        pytest.skip("ray's rllib/algorithms/impala/vtrace_torch.py is not installed")
+    fns = [n for n in ast.parse(path.read_text()).body
+           if isinstance(n, ast.FunctionDef) and n.name == "from_importance_weights"]
+    if not fns:
+        pytest.skip(f"{path} has no from_importance_weights")
+    namespace = {"torch": torch, "VTraceReturns": namedtuple("VTraceReturns", "vs pg_advantages"),
+                 "convert_to_torch_tensor": lambda x, device=None: torch.as_tensor(x, device=device)}
+    exec(compile(ast.Module(body=fns, type_ignores=[]), str(path), "exec"), namespace)  # noqa: S102
+    return namespace["from_importance_weights"]
+
+
+def _segments(done, valid):
+    """(start, end) of each stretch of one column whose credit flows together."""
+    out, s, T = [], 0, len(done)
+    while s < T:
+        if not valid[s]:
+            s += 1
+            continue
+        e = _segment_end(s, done, valid)
+        out.append((s, e))
+        s = e + 1
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("rho_clip", [0.5, 1.0, 2.0, INF])
+@pytest.mark.parametrize("log_rho_scale", [0.0, 0.7, 2.0])
+def test_vtrace_matches_rllib(seed, rho_clip, log_rho_scale):
+    """Per episode stretch, RLlib's v_s equals ours and its pg_advantages equal ours times
+    the clipped rho_s. RLlib has no lambda and clips c at 1 (lam = 1, c_clip = 1 here), and
+    bootstraps only at the end of its input: each stretch between cuts goes in alone, with
+    discount 0 at a termination and V of the true final observation after a truncation."""
+    fiw = rllib_from_importance_weights()
+    T, N, gamma = 20, 6, 0.95
+    d = random_rollout(seed, T, N, p_term=0.08, p_trunc=0.05, log_rho_scale=log_rho_scale)
+    vs, adv = vtrace(d["values"], d["next_values"], d["rewards"], d["terminated"], d["done"], d["log_rhos"],
+                     gamma, 1.0, rho_clip, 1.0, valid=d["valid"])
+    clip = None if rho_clip == INF else rho_clip
+    stretches = 0
+    for n in range(N):
+        for s, e in _segments(d["done"][:, n].tolist(), d["valid"][:, n].tolist()):
+            part = lambda k: d[k][s:e + 1, n:n + 1]  # noqa: E731
+            discounts = gamma * (~part("terminated")).to(F64)
+            out = fiw(part("log_rhos"), discounts, part("rewards"), part("values"), d["next_values"][e, n:n + 1],
+                      clip_rho_threshold=clip, clip_pg_rho_threshold=clip)
+            pg_rho = part("log_rhos").exp().clamp(max=rho_clip)
+            close(vs[s:e + 1, n:n + 1], out.vs, atol=1e-9, rtol=1e-9)
+            close(adv[s:e + 1, n:n + 1] * pg_rho, out.pg_advantages, atol=1e-9, rtol=1e-9)
+            stretches += 1
+    assert stretches > N
 
 
 # --------------------------------------------------------------------------
@@ -394,14 +539,15 @@ def test_vtrace_hand_worked_three_steps():
     # v_0 - V_0 = rho_0 delta_0 + g c_0 (v_1 - V_1)   = 1*1 + 0.5*1*-0.1875        = 0.90625
     # vs = [1.90625, 1.8125, 3.25]
     # A_2 = delta_2                                   = 1
-    # A_1 = delta_1 + g c_1 (v_2 - V_2)               = -0.5 + 0.0625              = -0.4375
-    # A_0 = delta_0 + g c_0 (v_1 - V_1)               = 1 - 0.09375                = 0.90625
+    # A_1 = delta_1 + g lam (v_2 - V_2)               = -0.5 + 0.5*0.25            = -0.375
+    # A_0 = delta_0 + g lam (v_1 - V_1)               = 1 + 0.5*-0.1875            = 0.90625
+    # (A_1 is r_1 + g v_2 - V_1 = 0 + 0.5*3.25 - 2: the ratio 0.5 of a_1 does not cut it.)
     values, next_values, rewards = as_t([[1], [2], [3]]), as_t([[2], [3], [4]]), as_t([[1], [0], [2]])
     log_rhos = torch.log(as_t([[2], [0.5], [0.25]]))
     no = torch.zeros(3, 1, dtype=torch.bool)
     vs, adv = vtrace(values, next_values, rewards, no, no, log_rhos, 0.5, 1.0, 1.0, 1.0)
     close(vs, as_t([[1.90625], [1.8125], [3.25]]))
-    close(adv, as_t([[0.90625], [-0.4375], [1.0]]))
+    close(adv, as_t([[0.90625], [-0.375], [1.0]]))
     ref_vs, ref_adv = ref_vtrace(values, next_values, rewards, no, no, log_rhos, 0.5, 1.0, 1.0, 1.0)
     close(ref_vs, vs)
     close(ref_adv, adv)
@@ -410,21 +556,40 @@ def test_vtrace_hand_worked_three_steps():
 def test_vtrace_hand_worked_termination_and_distinct_clips():
     # gamma = 0.5, lam = 0.5, rho_clip = 3, c_clip = 1, terminated at t=1.
     #   V(x_t) = [1, 2, 3],  V(x_{t+1}) = [2, 3, 4],  r = [1, 0, 2]
-    #   pi/mu = [2, 0.5, 4]  ->  rho = min(3, .) = [2, 0.5, 3]
-    #                            c   = 0.5*min(1, .) = [0.5, 0.25, 0.5]
+    #   pi/mu = [0.5, 0.5, 4]  ->  rho = min(3, .) = [0.5, 0.5, 3]
+    #                              c   = 0.5*min(1, .) = [0.25, 0.25, 0.5]
     # delta_0 = 1 + 0.5*2 - 1 = 1
     # delta_1 = 0 + 0 - 2     = -2     (terminated: no bootstrap)
     # delta_2 = 2 + 0.5*4 - 3 = 1
     # v_2 - V_2 = 3*1                         = 3      -> v_2 = 6
     # v_1 - V_1 = 0.5*-2 (done: nothing back) = -1     -> v_1 = 1
-    # v_0 - V_0 = 2*1 + 0.5*0.5*-1            = 1.75   -> v_0 = 2.75
-    # A_2 = 1;  A_1 = -2;  A_0 = 1 + 0.5*0.5*-1 = 0.75
+    # v_0 - V_0 = 0.5*1 + 0.5*0.25*-1         = 0.375  -> v_0 = 1.375
+    # A_2 = 1;  A_1 = -2 (terminal: A = delta);  A_0 = 1 + 0.5*0.5*-1 = 0.75
+    # (the old, wrong A_0 = delta_0 + g c_0 (v_1 - V_1) = 1 + 0.5*0.25*-1 = 0.875)
     values, next_values, rewards = as_t([[1], [2], [3]]), as_t([[2], [3], [4]]), as_t([[1], [0], [2]])
-    log_rhos = torch.log(as_t([[2], [0.5], [4]]))
+    log_rhos = torch.log(as_t([[0.5], [0.5], [4]]))
     term = torch.tensor([[0], [1], [0]], dtype=torch.bool)
     vs, adv = vtrace(values, next_values, rewards, term, term, log_rhos, 0.5, 0.5, 3.0, 1.0)
-    close(vs, as_t([[2.75], [1.0], [6.0]]))
+    close(vs, as_t([[1.375], [1.0], [6.0]]))
     close(adv, as_t([[0.75], [-2.0], [1.0]]))
+
+
+def test_vtrace_hand_worked_truncation_bootstraps_off_policy():
+    # gamma = 0.5, lam = 1, clips 1, truncated at t=0 with the true final V(x_1) = 8;
+    # the reset transition at t=1 carries garbage; a new episode at t=2.
+    #   V(x_t) = [2, 900, 1],  V(x_{t+1}) = [8, 700, 4],  r = [1, 50, 3],  pi/mu = [0.25, 9, 0.5]
+    # delta_0 = 1 + 0.5*8 - 2 = 3;  rho_0 = 0.25
+    # v_0 - V_0 = 0.25*3 = 0.75 (cut: nothing follows)   -> v_0 = 2.75
+    # A_0 = delta_0 = 3          (truncation bootstraps: r_0 + g V(x_1) - V(x_0), not cut by 0.25)
+    # delta_2 = 3 + 0.5*4 - 1 = 4; v_2 = 1 + 0.5*4 = 3; A_2 = 4
+    values, next_values, rewards = as_t([[2], [900], [1]]), as_t([[8], [700], [4]]), as_t([[1], [50], [3]])
+    log_rhos = torch.log(as_t([[0.25], [9], [0.5]]))
+    no = torch.zeros(3, 1, dtype=torch.bool)
+    done = torch.tensor([[1], [0], [0]], dtype=torch.bool)
+    valid = torch.tensor([[1], [0], [1]], dtype=torch.bool)
+    vs, adv = vtrace(values, next_values, rewards, no, done, log_rhos, 0.5, 1.0, valid=valid)
+    close(vs, as_t([[2.75], [900], [3.0]]))
+    close(adv, as_t([[3.0], [0.0], [4.0]]))
 
 
 # --------------------------------------------------------------------------
