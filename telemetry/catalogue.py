@@ -5,8 +5,10 @@ the alert rules are generated from or checked against this list, so a metric
 cannot exist in one of them and not the others.
 
 Each entry says what is measured, what healthy looks like, and what it means
-when it is not. `source` names the key of the per-batch statistics dict the
-value comes from (also the key used in the run's metrics.jsonl).
+when it is not. `source` is the metric's key in the run's recorded rows
+(metrics.jsonl), which the offline health evaluator and the report read; for
+learner metrics it is also the key of the learner's per-batch statistics
+(where a counter's entry is the batch's increment and the row holds the total).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class Metric:
     label_values: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """The closed set of values of each label (all labels are bounded by construction)."""
     source: str | None = None
-    """Stats key; with a label, a pattern such as 'value_{stat}'."""
+    """Row key (metrics.jsonl); with a label, a pattern such as 'value_{stat}'. None: live only."""
     buckets: tuple[float, ...] | None = None
     hardware: bool = False
     """Only has samples where the hardware exists (GPU); the family is always declared."""
@@ -94,7 +96,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("rlvitals_learner_residual_variance_ratio", "gauge", "learner", "standard", "percentunit",
            "Var(value targets - values) / Var(value targets). Healthy: starts near 1, drops fast, then "
            "declines slowly. Stuck near 1: the value net is not learning (check rewards, value loss, "
-           "backprop). Zero: usually a collapsed policy. Oscillating: learning rate too high.",
+           "backprop). Oscillating: learning rate too high. Absent (undefined) when the targets barely vary "
+           "(std below 1% of r_max / (1 - gamma)), as on a plateau where every episode is truncated.",
            source="residual_variance"),
     Metric("rlvitals_learner_terminal_correlation", "gauge", "learner", "standard", "none",
            "Correlation between the value of the final state and the final reward, over terminal steps in the "
@@ -106,15 +109,17 @@ METRICS: tuple[Metric, ...] = (
            "penultimate correlation: reward-to-go is not carried backwards.",
            source="penultimate_terminal_correlation"),
     _stats("rlvitals_learner_value_target", "learner", "standard", "none",
-           "Value targets (V-trace) over the batch: min, max, mean, std. Healthy: within [-10, 10], ideally "
-           "[-3, 3]. Larger: scale rewards down; blowing up: check discounting or lower gamma.", "target_{stat}"),
+           "Value targets (V-trace) over the batch: min, max, mean, std. Healthy: inside +-r_max / (1 - gamma) "
+           "for the env's reward scale r_max (rlvitals_learner_value_target_scale_ratio says how far); "
+           "|targets| in the hundreds are fine for gamma 0.99 and +1 rewards. Beyond it: check discounting.", "target_{stat}"),
     _stats("rlvitals_learner_value", "learner", "standard", "none",
            "Value predictions over the batch: min, max, mean, std. Healthy: close to the value-target "
            "distribution; persistently different means the value net struggles. Negative values in an env "
            "with only positive rewards mean reward-to-go or the value net is broken.", "value_{stat}"),
     _stats("rlvitals_learner_advantage", "learner", "standard", "none",
-           "Advantages before normalisation: min, max, mean, std. Healthy: within [-10, 10] and mean near "
-           "zero; a mean persistently away from zero means the advantage calculation is wrong.",
+           "Advantages before normalisation: min, max, mean, std. Healthy: spread on the reward's scale, mean "
+           "small next to the spread once the value net has caught up; a mean that stays larger than the "
+           "spread for many minutes means the advantage calculation or the value net is wrong.",
            "advantage_{stat}"),
     _stats("rlvitals_learner_reward", "learner", "standard", "none",
            "Rewards in the batch: min, max, mean, std. Compare with what the env should give; surprises "
@@ -136,9 +141,32 @@ METRICS: tuple[Metric, ...] = (
            "(negative entropy). Healthy: fall early, then level out; a poor localiser of bugs on its own.",
            labels=("part",), label_values={"part": ("policy", "value", "entropy")}, source="{part}_loss"),
     Metric("rlvitals_learner_clip_fraction_ratio", "gauge", "learner", "standard", "percentunit",
-           "Fraction of samples whose probability ratio left the PPO clip range. Healthy: 0.05-0.3. Near 1: "
-           "the policy moves too far per batch (lower lr or epochs) or samples are stale.",
+           "Fraction of samples whose probability ratio left the PPO clip range. Healthy: below about 0.3 "
+           "(small values such as 0.01 are fine late in a run). Persistently above 0.4: the policy moves too "
+           "far per batch (lower lr or epochs) or samples are stale.",
            source="clip_fraction"),
+    Metric("rlvitals_learner_head_gradient_norm", "gauge", "learner", "standard", "none",
+           "Gradient norm of the policy head's and the value head's own parameters, before clipping, averaged "
+           "over the update's minibatches. Exactly 0 means that head gets no gradient (a detached output, a "
+           "loss term that does not reach it); healthy heads read well above 0 on every update.",
+           labels=("head",), label_values={"head": ("policy", "value")}, source="grad_norm_{head}"),
+    Metric("rlvitals_learner_reward_scale", "gauge", "learner", "standard", "none",
+           "Largest absolute reward the learner has seen in this run: the scale every value-like signal is "
+           "judged against, so one rule fits every env's reward scale.", source="reward_scale"),
+    Metric("rlvitals_learner_value_target_scale_ratio", "gauge", "learner", "standard", "none",
+           "max|value target| x (1 - gamma) / reward scale. True values obey |V| <= r_max / (1 - gamma), so "
+           "healthy targets read at most about 1 on any env. Well above 1: discounting, bootstrapping or "
+           "reward accumulation is wrong.", source="value_target_scale"),
+    Metric("rlvitals_learner_logp_discrepancy_nats", "gauge", "learner", "standard", "none",
+           "Actor-learner consistency: on a batch whose staleness is 0, the largest |log pi_learner(a|x) - "
+           "log mu_actor(a|x)| over its samples. The same network on the same observation gives the same "
+           "number, so healthy reads 0 (up to float rounding). Above it, actors and learner see different "
+           "data: preprocessing on one side only, or observations paired with the wrong step.",
+           source="logp_discrepancy"),
+    Metric("rlvitals_learner_logp_discrepancy_shifted_nats", "gauge", "learner", "standard", "none",
+           "The same discrepancy with the learner reading the neighbouring step's observation. Near 0 here "
+           "while the unshifted discrepancy is not: observations are stored one step off their actions.",
+           source="logp_discrepancy_shifted"),
     Metric("rlvitals_learner_phase_seconds_total", "counter", "learner", "standard", "s",
            "Seconds the learner spent in each phase. rate() gives the fraction of time per phase; a large "
            "`wait` share means the learner is starved by the actors, a large `publish` share means weight "
@@ -197,13 +225,13 @@ METRICS: tuple[Metric, ...] = (
     Metric("rlvitals_queue_depth", "gauge", "queue", "minimal", "short",
            "Rollouts waiting between actors and the learner. Healthy: small and steady; always at capacity "
            "means the learner is the bottleneck; only growing means the learner stalls.",
-           labels=("queue",), label_values={"queue": ("rollouts",)}),
+           labels=("queue",), label_values={"queue": ("rollouts",)}, source="queue_depth"),
     Metric("rlvitals_queue_capacity", "gauge", "queue", "standard", "short",
            "Capacity of each queue (backpressure limit).", labels=("queue",), label_values={"queue": ("rollouts",)}),
     Metric("rlvitals_samples_dropped_total", "counter", "queue", "minimal", "short",
            "Samples discarded before learning, by reason: `stale` (older than the staleness bound) or "
            "`nonfinite` (NaN or inf in the batch or its update). Healthy: flat; any `nonfinite` needs a look.",
-           labels=("reason",), label_values={"reason": ("stale", "nonfinite")}),
+           labels=("reason",), label_values={"reason": ("stale", "nonfinite")}, source="dropped_{reason}"),
     Metric("rlvitals_weight_publishes_total", "counter", "queue", "standard", "short",
            "New network versions published to the actors."),
     Metric("rlvitals_weight_publish_bytes_total", "counter", "queue", "standard", "bytes",
@@ -213,7 +241,8 @@ METRICS: tuple[Metric, ...] = (
 
     # -------------------------------------------------------------- process
     Metric("rlvitals_process_resident_memory_bytes", "gauge", "process", "minimal", "bytes",
-           "Resident memory of this process. Healthy: flat after warm-up; steady growth is a leak."),
+           "Resident memory of this process. Healthy: flat after warm-up; steady growth is a leak.",
+           source="rss_bytes"),
     Metric("rlvitals_process_cpu_seconds_total", "counter", "process", "standard", "s",
            "CPU seconds used by this process; rate() is cores busy."),
     Metric("rlvitals_torch_memory_allocated_bytes", "gauge", "process", "standard", "bytes",

@@ -1,0 +1,129 @@
+"""Render the health rules (telemetry.rules) as Prometheus alert rules and as docs/health.md.
+
+    python -m rlvitals.telemetry.rulegen            write both files
+    python -m rlvitals.telemetry.rulegen --check    exit 1 if either is stale
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+from .promexpr import duration
+from .rules import RULES, Rule, thresholds
+from .verdicts import COMPONENTS
+
+REPO = Path(__file__).resolve().parent.parent
+RULES_FILE = REPO / "deploy" / "prometheus" / "rules" / "rlvitals.yml"
+DOCS_FILE = REPO / "docs" / "health.md"
+RUNBOOK_BASE = "docs/health.md"
+"""Where runbook_url points: the rule's section of the rule reference (relative to the install)."""
+DASHBOARD = {"policy": "rlvitals-learning", "value": "rlvitals-learning", "returns": "rlvitals-learning",
+             "optimizer": "rlvitals-learning", "telemetry": "rlvitals-learning",
+             "preprocessing": "rlvitals-learning", "actor": "rlvitals-systems", "env": "rlvitals-learning",
+             "weight-sync": "rlvitals-systems", "memory": "rlvitals-systems", "throughput": "rlvitals-systems"}
+
+
+def alert(rule: Rule) -> dict:
+    out = {"alert": rule.name, "expr": rule.promql()}
+    if rule.hold_seconds:
+        out["for"] = duration(rule.hold_seconds)
+    out["labels"] = {"severity": rule.severity, "component": rule.component, "horizon": rule.horizon}
+    out["annotations"] = {"summary": rule.summary, "description": rule.check,
+                          "runbook_url": f"{RUNBOOK_BASE}#{rule.anchor}",
+                          "dashboard": DASHBOARD[rule.component]}
+    return out
+
+
+HEADER = """\
+# GENERATED from telemetry/rules.py by `python -m rlvitals.telemetry.rulegen`: edit the rules there.
+#
+# Each alert carries the component it implicates (label `component`, one of the
+# vocabulary in docs/health.md), its severity and horizon (fast: decided within
+# tens of seconds; slow: trends over minutes to hours), and a runbook_url to the
+# rule's section of docs/health.md. Every series is aggregated `by (run_id)` so
+# the processes of one run meet in one value. The offline evaluator
+# (telemetry/health.py) applies the same expressions to a run's metrics.jsonl.
+"""
+
+
+def render_rules() -> str:
+    groups = []
+    for horizon in ("fast", "slow"):
+        rules = [alert(r) for r in RULES if r.horizon == horizon]
+        groups.append({"name": f"rlvitals-{horizon}", "rules": rules})
+    body = yaml.safe_dump({"groups": groups}, sort_keys=False, width=110, allow_unicode=True)
+    return HEADER + body
+
+
+def _threshold_text(rule: Rule) -> str:
+    found = thresholds(rule)
+    return ", ".join(f"`{k} {op} {v:g}`" for k, op, v in found) or "none"
+
+
+def render_docs() -> str:
+    out = ["# Health rules", "",
+           "GENERATED from `telemetry/rules.py` by `python -m rlvitals.telemetry.rulegen`.", "",
+           "Every rule says what must hold in a correct run. The same rules become the Prometheus alerts "
+           "(`deploy/prometheus/rules/rlvitals.yml`), the threshold lines on the dashboards and in "
+           "`rlvitals report`, and the verdicts a run writes to `verdicts.json` when it ends (the offline "
+           "evaluator, `telemetry/health.py`, replays the run's `metrics.jsonl` the way Prometheus would "
+           "have evaluated it).", "",
+           "- **fast** rules decide within tens of seconds, for states that are never healthy after the first "
+           "updates; **slow** rules read trends over minutes to hours.",
+           "- **hold**: how long the condition must hold before the rule fires (Prometheus `for`).",
+           "- **after**: the rule applies only after that many learner updates (start-up transients).",
+           "- Row keys are the keys of `metrics.jsonl` (the catalogue's `source`, docs/metrics.md); value-like "
+           "thresholds are scale-free: they compare with the reward scale and the horizon 1/(1-gamma).",
+           "- **live only**: reads series the run does not record (scrape health, GPU); Prometheus only.", "",
+           "## Verdicts", "",
+           "`verdicts.json` in the run directory and `rlvitals doctor --json` print a JSON list of objects "
+           "with these fields (a stable interface; fields are only ever added):", "",
+           "| field | meaning |", "|---|---|",
+           "| `rule` | the rule's name (a section below, or a doctor check) |",
+           "| `severity` | `critical`, `warning` or `info` |",
+           "| `component` | one of the components below |",
+           "| `first_seconds` | run seconds when the condition first held (the start of the streak that fired) |",
+           "| `first_update` | learner update at that time |",
+           "| `message` | what was seen and what to check |", "",
+           "## Components", "", "| component | what it covers |", "|---|---|"]
+    out += [f"| `{name}` | {text} |" for name, text in COMPONENTS.items()]
+    out += ["", "## Rules", "", "| rule | horizon | severity | component | hold |", "|---|---|---|---|---|"]
+    out += [f"| [{r.name}](#{r.anchor}) | {r.horizon} | {r.severity} | {r.component} | {r.hold_seconds} s |"
+            for r in RULES]
+    for r in RULES:
+        summary = r.summary.replace(" in run {{ $labels.run_id }}", "").replace("{{ $labels.component }}", "")
+        out += ["", f"### {r.name}", "", f"{summary}.", "",
+                f"- component: `{r.component}`; severity: {r.severity}; horizon: {r.horizon}; "
+                f"hold: {r.hold_seconds} s" + (f"; after {r.after_updates} updates" if r.after_updates else ""),
+                f"- reads: {', '.join(f'`{k}`' for k in sorted(r.condition.keys())) or 'live series only'}"
+                + (" (live only)" if r.live_only else ""),
+                f"- thresholds drawn: {_threshold_text(r)}",
+                f"- PromQL: `{r.promql()}`", "", r.check]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rlvitals.telemetry.rulegen",
+                                     description="Write the alert rules and docs/health.md from telemetry/rules.py.")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a file differs from what would be written")
+    args = parser.parse_args(argv)
+    stale = []
+    for path, text in ((RULES_FILE, render_rules()), (DOCS_FILE, render_docs())):
+        if args.check:
+            if not path.is_file() or path.read_text() != text:
+                stale.append(path)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"wrote {path}")
+    for path in stale:
+        print(f"{path} is stale: run `python -m rlvitals.telemetry.rulegen`", file=sys.stderr)
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

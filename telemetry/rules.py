@@ -1,0 +1,284 @@
+"""The health rules: what must hold in a correct run, as data.
+
+This list is the one source of the Prometheus alert rules
+(deploy/prometheus/rules/rlvitals.yml), the healthy bands and threshold lines
+the dashboards and the report draw, the rule reference (docs/health.md) and the
+offline evaluator (telemetry.health). Each condition is written from a
+principle that holds on every env, never from one env's numbers:
+
+- `fast` rules decide within tens of seconds, for states that are never
+  healthy once the first updates are done (a head with no gradient, a KL that
+  is exactly 0 while the policy moves, actors acting with weights that stopped
+  changing, memory growing by the minute);
+- `slow` rules read trends over minutes to hours, for states that are only
+  suspicious when they last (a value net that never catches up).
+
+Thresholds on values are scale-free: value-like signals are judged against the
+reward scale and the horizon 1/(1 - gamma) the learner reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .catalogue import METRICS, Metric
+from .promexpr import Abs, Bin, Delta, Expr, Num, Series
+from .verdicts import COMPONENTS, SEVERITIES
+
+HORIZONS = ("fast", "slow")
+
+
+def _row_keys() -> dict[str, tuple[Metric, tuple[tuple[str, str], ...]]]:
+    """Row key -> (catalogue metric, its label values), from each metric's `source` pattern."""
+    out = {}
+    for m in METRICS:
+        if not m.source:
+            continue
+        if not m.labels:
+            out[m.source] = (m, ())
+            continue
+        (label,) = m.labels  # every row-backed labelled metric has one closed label
+        for value in m.label_values[label]:
+            out[m.source.format(**{label: value})] = (m, ((label, value),))
+    return out
+
+
+ROW_KEYS = _row_keys()
+
+
+def S(key: str, agg: str | None = None) -> Series:
+    """The series recorded under row key `key`; counters add up over a run's processes."""
+    metric, labels = ROW_KEYS[key]
+    return Series(metric.name, key, labels, agg or ("sum" if metric.kind == "counter" else "max"))
+
+
+@dataclass(frozen=True, eq=False)
+class Live(Expr):
+    """A PromQL condition on series that rows do not record (scrape health, GPU): live alerts only."""
+
+    query: str
+    reads: tuple[str, ...]
+    """Metric names it reads (checked against the catalogue)."""
+
+    def promql(self) -> str:
+        return self.query
+
+    def value(self, lookup, t):
+        return None
+
+    def keys(self):
+        return set()
+
+
+@dataclass(frozen=True, eq=False)
+class Rule:
+    name: str
+    """Alert name (CamelCase, `RL` prefix); also the anchor of its section in docs/health.md."""
+    condition: Expr
+    """What is wrong when it holds. Comparisons of one series with a number become threshold lines."""
+    hold_seconds: int
+    """How long the condition must hold before the rule fires (Prometheus `for`)."""
+    horizon: str
+    severity: str
+    component: str
+    summary: str
+    """One line: what was seen (may use {{ $labels.run_id }})."""
+    check: str
+    """What it means and what to check, in a few sentences."""
+    after_updates: int = 0
+    """The rule only applies once the learner has done this many updates (start-up transients)."""
+
+    @property
+    def live_only(self) -> bool:
+        return not self.condition.keys()
+
+    @property
+    def expr(self) -> Expr:
+        """The full condition, with the warm-up gate."""
+        if not self.after_updates:
+            return self.condition
+        return Bin("and", self.condition, S("updates") >= self.after_updates)
+
+    def promql(self) -> str:
+        return self.expr.promql()
+
+    @property
+    def anchor(self) -> str:
+        return self.name.lower()
+
+
+def thresholds(rule: Rule) -> list[tuple[str, str, float]]:
+    """(row key, comparison, value) for every plain `series OP number` in a rule's condition."""
+    found = []
+
+    def walk(e):
+        if isinstance(e, Bin):
+            if (e.op in (">", ">=", "<", "<=") and isinstance(e.left, Series) and not e.left.offset
+                    and isinstance(e.right, Num)):
+                found.append((e.left.key, e.op, e.right.x))
+            walk(e.left)
+            walk(e.right)
+        elif isinstance(e, Abs):
+            walk(e.inner)
+
+    walk(rule.condition)
+    return found
+
+
+MiB = 2 ** 20
+# The same network on the same observation gives the same log-probability; the
+# learner's batched forward pass may round differently from the actor's.
+LOGP_TOLERANCE = 1e-3
+
+RULES: tuple[Rule, ...] = (
+    # ------------------------------------------------------------------ fast: learning
+    Rule("RLPolicyEntropyCollapsed", S("relative_entropy") < 0.01, 15, "fast", "warning", "policy",
+         "Policy entropy collapsed to under 1% of its maximum in run {{ $labels.run_id }}",
+         "The policy is almost deterministic. Unless the task has one right action everywhere, it stopped "
+         "exploring: check the entropy bonus (its sign and --entropy-coef), the reward scale, and the "
+         "clip fraction and KL for oversized updates.", after_updates=10),
+    Rule("RLPolicyEntropyStuckAtMax", S("relative_entropy") > 0.995, 30, "fast", "warning", "policy",
+         "Policy entropy stays at its maximum in run {{ $labels.run_id }}",
+         "The learner keeps updating and the policy stays uniform: no policy is being learned. Check that "
+         "the policy loss reaches the policy head, the advantages' sign and shape (a broadcast to a matrix "
+         "averages them away), and that the env's rewards depend on actions (rlvitals doctor).",
+         after_updates=30),
+    Rule("RLPolicyGetsNoGradient", (S("grad_norm_policy") < 1e-10) & (S("advantage_std") > 0), 10, "fast",
+         "critical", "policy",
+         "The policy head gets no gradient in run {{ $labels.run_id }}",
+         "Advantages vary, yet the gradient of the policy head's parameters is zero: the policy loss does "
+         "not reach it (a detached log-probability or ratio, a zeroed loss term).", after_updates=3),
+    Rule("RLValueGetsNoGradient", (S("grad_norm_value") < 1e-10) & (S("target_std") > 0), 10, "fast",
+         "critical", "value",
+         "The value head gets no gradient in run {{ $labels.run_id }}",
+         "Value targets vary, yet the gradient of the value head's parameters is zero: the value loss does "
+         "not reach it (detached values, a value coefficient of 0, targets compared with themselves).",
+         after_updates=3),
+    Rule("RLKLZeroWhilePolicyMoves",
+         (S("kl") <= 0) & (S("grad_norm_policy") > 1e-10) & (S("step_meansq") > 0), 10, "fast", "warning",
+         "telemetry",
+         "KL(behaviour || learner) reads exactly 0 while the policy is updated in run {{ $labels.run_id }}",
+         "The policy head gets gradients and the weights change, so the learner's policy cannot equal the "
+         "behaviour policy: the KL diagnostic itself is broken (wrong distributions compared, or compared "
+         "before the update). Do not raise the learning rate because of it.", after_updates=3),
+    Rule("RLKLNegative", S("kl") < -1e-4, 0, "fast", "critical", "telemetry",
+         "Negative KL divergence in run {{ $labels.run_id }}",
+         "KL(behaviour || learner) is computed exactly from stored action distributions and cannot be "
+         "negative: the stored behaviour distributions, the log-probabilities or the pairing of samples "
+         "with their distributions is wrong."),
+    Rule("RLClipFractionHigh", S("clip_fraction") > 0.4, 20, "fast", "warning", "optimizer",
+         "Most samples leave the PPO clip range in run {{ $labels.run_id }}",
+         "Over 40% of the probability ratios leave the clip range update after update: each batch moves the "
+         "policy far beyond the trust region. Lower the learning rate or the epochs per batch; in Ray mode "
+         "check sample staleness.", after_updates=5),
+    Rule("RLValueTargetsOutOfScale", S("value_target_scale") > 2, 15, "fast", "warning", "returns",
+         "Value targets exceed what the rewards allow in run {{ $labels.run_id }}",
+         "A return can be at most r_max / (1 - gamma) in size, and the targets are more than twice that: "
+         "rewards are accumulated without discounting, bootstrapped from the wrong state, or gamma is "
+         "applied the wrong way.", after_updates=10),
+    Rule("RLBehaviourLogpMismatch",
+         (S("logp_discrepancy") > LOGP_TOLERANCE) & (S("logp_discrepancy_shifted") > 0.01 * S("logp_discrepancy")),
+         10, "fast", "critical", "preprocessing",
+         "Actors and learner disagree on the probability of the same action in run {{ $labels.run_id }}",
+         "With staleness 0 the learner's network is the actor's, so its log-probability of each behaviour "
+         "action must equal the actor's. It does not, and a one-step shift does not explain it: the learner "
+         "sees other observations than the actors (a transform, normalisation or dtype on one side only)."),
+    Rule("RLObservationsPairedWrong",
+         (S("logp_discrepancy") > LOGP_TOLERANCE) & (S("logp_discrepancy_shifted") <= 0.01 * S("logp_discrepancy")),
+         10, "fast", "critical", "actor",
+         "Observations are stored one step off their actions in run {{ $labels.run_id }}",
+         "The learner's log-probability of each behaviour action matches the actor's only when it reads the "
+         "neighbouring step's observation: the rollout pairs observations with the wrong actions (an "
+         "off-by-one when storing, or the reset observation stored in the wrong slot)."),
+    # ------------------------------------------------------------- fast: plumbing
+    Rule("RLSamplesDroppedStale", Delta(S("dropped_stale"), 60) > 0, 0, "fast", "warning", "weight-sync",
+         "Samples were dropped as stale in run {{ $labels.run_id }}",
+         "Rollouts arrived older than --max-staleness learner steps and were thrown away: actors act with "
+         "old weights. Check that new weights reach the actors, --rollouts-in-flight, and the learner's "
+         "speed against the actors'."),
+    Rule("RLActorWeightsFrozen", (Delta(S("age"), 30) > 0) & Delta(S("policy_age", agg="min"), 30).eq(0), 0,
+         "fast", "critical", "weight-sync",
+         "Actors act with weights that stopped changing in run {{ $labels.run_id }}",
+         "The learner took optimizer steps in the last 30 s, yet the newest samples still come from the same "
+         "network version: new weights are not published to the actors, or actors never load them.",
+         after_updates=5),
+    Rule("RLMemoryGrowing",
+         (Delta(S("rss_bytes"), 30) > 64 * MiB) & (Delta(S("rss_bytes"), 15) > 16 * MiB)
+         & (Delta(S("rss_bytes").shifted(15), 15) > 16 * MiB), 10, "fast", "warning", "memory",
+         "Resident memory grows steadily in run {{ $labels.run_id }}",
+         "Memory rose by more than 64 MiB in 30 s, in both halves of that window, after warm-up. A healthy "
+         "run's memory is flat once its buffers exist: something keeps every rollout, batch or tensor it "
+         "sees (a list that is appended to, tensors kept with their graph).", after_updates=10),
+    Rule("RLLearnerStalled", (Delta(S("env_steps"), 60) > 0) & Delta(S("learner_steps"), 60).eq(0), 30,
+         "fast", "critical", "throughput",
+         "Actors produce samples but the learner takes no steps in run {{ $labels.run_id }}",
+         "The learner process is alive but stuck or starved of its GPU: look at its log and its phase "
+         "times."),
+    Rule("RLActorsStalled", (Delta(S("learner_steps"), 60) > 0) & Delta(S("env_steps"), 60).eq(0), 30,
+         "fast", "critical", "throughput",
+         "The learner steps while actors produce nothing in run {{ $labels.run_id }}",
+         "The learner keeps training but no new env steps arrive: it re-learns old data while actors are "
+         "stuck (a hung env step, actors waiting for weights)."),
+    Rule("RLNonFiniteSamplesDropped", Delta(S("dropped_nonfinite"), 60) > 0, 0, "fast", "warning", "env",
+         "Non-finite values reached the learner in run {{ $labels.run_id }}",
+         "Batches with NaN or inf observations or rewards, or updates that produced them, were dropped "
+         "(the run's nonfinite.jsonl says where). Non-finite inputs come from the env; non-finite updates "
+         "from the optimizer (a learning rate far too high)."),
+    # ------------------------------------------------------------------ slow
+    Rule("RLResidualVarianceStuckHigh", (S("residual_variance") > 0.9) & (Delta(S("learner_steps"), 600) > 0),
+         1800, "slow", "warning", "value",
+         "The value net explains almost none of the targets' variance in run {{ $labels.run_id }}",
+         "Var(targets - values) / Var(targets) stayed above 0.9 for half an hour of training: the value net "
+         "is not learning. Check the value loss and its coefficient, the rewards, and backprop into the "
+         "value head."),
+    Rule("RLAdvantagesNotMeanZero", Abs(S("advantage_mean")) > S("advantage_std"), 1800, "slow", "info",
+         "returns",
+         "Advantages stay off zero by more than their spread in run {{ $labels.run_id }}",
+         "For half an hour the advantages' mean has been larger than their standard deviation: the value "
+         "net never catches up with the returns, or the advantage calculation is biased (a sign, a "
+         "missing discount, a carry across episodes).", after_updates=100),
+    Rule("RLKLGrowing",
+         (S("kl") > 1.5 * S("kl").shifted(3600)) & (S("kl") - S("kl").shifted(3600) > 0.01), 1800, "slow",
+         "warning", "weight-sync",
+         "KL between behaviour and learner policy keeps growing in run {{ $labels.run_id }}",
+         "The KL is more than 1.5 times (and 0.01 nats above) what it was an hour earlier, for half an "
+         "hour: the learner trains on ever older experience, or its updates grow. Check staleness, queue "
+         "depth, epochs per batch and the learning rate."),
+    Rule("RLThroughputDecaying",
+         Delta(S("env_steps"), 900) < 0.5 * Delta(S("env_steps").shifted(3600), 900), 1800, "slow",
+         "warning", "throughput",
+         "Env-step throughput fell to under half of an hour ago in run {{ $labels.run_id }}",
+         "Steps per second halved and stayed there: something accumulates (memory, log files, queues) or a "
+         "node slowed down. Compare the actors' phase times and memory.", after_updates=100),
+    # ------------------------------------------------------------------ live only
+    Rule("RLComponentDown", Live('up{component=~"local|learner|actor|node"} == 0', ("up",)), 120, "fast",
+         "critical", "throughput",
+         "A {{ $labels.component }} process of run {{ $labels.run_id }} is down",
+         "Prometheus cannot scrape a process that announced itself: it crashed, hangs, or its node is gone. "
+         "Discovery files of processes that ended are removed, so a down target is a live problem."),
+    Rule("RLActorRestartingRepeatedly",
+         Live("increase(rlvitals_actor_restarts_total[30m]) > 2", ("rlvitals_actor_restarts_total",)), 0,
+         "slow", "warning", "actor",
+         "Actors keep restarting in run {{ $labels.run_id }}",
+         "More than two actor restarts in 30 minutes: an env that crashes, or actors killed for memory. "
+         "Read the actors' logs (ray logs) and their memory."),
+    Rule("RLGPUMemoryNearLimit",
+         Live("rlvitals_gpu_memory_used_bytes / rlvitals_gpu_memory_total_bytes > 0.95",
+              ("rlvitals_gpu_memory_used_bytes", "rlvitals_gpu_memory_total_bytes")), 300, "fast",
+         "warning", "memory",
+         "GPU {{ $labels.gpu }} memory above 95% in run {{ $labels.run_id }}",
+         "The next allocation may fail. Compare torch's allocated and reserved memory: reserved >> "
+         "allocated means the caching allocator, not your tensors."),
+)
+
+BY_RULE: dict[str, Rule] = {r.name: r for r in RULES}
+
+
+def check_rules() -> None:
+    """Every rule names a known component and severity, and reads only catalogued row keys."""
+    for r in RULES:
+        if r.component not in COMPONENTS or r.severity not in SEVERITIES or r.horizon not in HORIZONS:
+            raise ValueError(f"rule {r.name}: bad component/severity/horizon")
+
+
+check_rules()

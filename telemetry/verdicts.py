@@ -1,0 +1,64 @@
+"""The shape of a verdict: what the health rules, the offline evaluator and the doctor report.
+
+Scripts and CI read `verdicts.json` and `rlvitals doctor --json`, so this shape
+and the component vocabulary are a stable interface: add fields, never rename.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+# Where a fault lives. Every rule and every doctor finding names exactly one.
+COMPONENTS: dict[str, str] = {
+    "env": "the environment itself: observations, rewards, episode ends, seeding",
+    "actor": "stepping envs, storing transitions and pairing observations, actions and rewards",
+    "preprocessing": "observation transforms, which must be the same for actors and learner",
+    "returns": "discounting, GAE, V-trace, bootstrapping and truncation handling",
+    "value": "the value head, its loss and its gradient",
+    "policy": "the policy loss, advantages as the policy sees them, the entropy bonus",
+    "optimizer": "learning rate, optimizer state, gradient clipping, parameter updates",
+    "weight-sync": "publishing the learner's weights to actors and staleness of samples",
+    "memory": "memory that grows without bound",
+    "throughput": "a stalled or starved part of the pipeline",
+    "telemetry": "a diagnostic that is itself broken",
+}
+SEVERITIES = ("critical", "warning", "info")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    rule: str
+    """Name of the health rule (or doctor check) that held."""
+    severity: str
+    """critical, warning or info."""
+    component: str
+    """One key of COMPONENTS."""
+    first_seconds: float | None
+    """Run seconds when the rule first held (None where time does not apply)."""
+    first_update: int | None
+    """Learner update when the rule first held (None where updates do not apply)."""
+    message: str
+    """What was seen and what to check, in one or two sentences."""
+
+    def __post_init__(self):
+        if self.component not in COMPONENTS:
+            raise ValueError(f"component {self.component!r} is not one of {', '.join(COMPONENTS)}")
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"severity {self.severity!r} is not one of {', '.join(SEVERITIES)}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def write_verdicts(path: str | Path, verdicts: list[Verdict]) -> None:
+    """verdicts.json: a JSON list of verdict objects, written atomically."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps([v.to_dict() for v in verdicts], indent=1) + "\n")
+    tmp.replace(path)
+
+
+def read_verdicts(path: str | Path) -> list[Verdict]:
+    return [Verdict(**d) for d in json.loads(Path(path).read_text())]
