@@ -101,13 +101,24 @@ def learning() -> Dashboard:
             band("rlvitals_learner_advantage", title="Advantages"),
             band("rlvitals_learner_reward", title="Rewards",
                  note="Healthy: exactly the range the env is documented to give, the mean rising as the agent learns."),
+            gauges("rlvitals_learner_value_target_scale_ratio", lo=0, title="Value targets against the reward scale"),
+            gauges("rlvitals_learner_reward_scale", title="Reward scale",
+                   note="Healthy: steps up to the largest reward the env gives early on, then stays flat."),
+        ]),
+        Row("Consistency", [
+            gauges("rlvitals_learner_logp_discrepancy_nats", "rlvitals_learner_logp_discrepancy_shifted_nats",
+                   title="Actor-learner log-prob discrepancy", legends=("same step", "neighbour step"), width=12,
+                   note="Healthy: `same step` reads 0 on every batch of staleness 0, whatever `neighbour step` does."),
+            gauges("rlvitals_learner_head_gradient_norm", by=("head",), log=True, title="Gradient norm per head",
+                   width=12),
         ]),
         Row("Distributions", [
             heatmap("rlvitals_learner_value_target_distribution", width=12,
-                    note="Healthy: mass within [-10, 10] (ideally [-3, 3]), drifting slowly as returns improve."),
+                    note="Healthy: mass inside +-r_max / (1 - gamma) for the env's reward scale, drifting slowly as "
+                         "returns improve."),
             heatmap("rlvitals_learner_advantage_distribution", width=12,
-                    note="Healthy: centred on zero, roughly symmetric, within [-10, 10]; a shifted centre means the "
-                         "advantage calculation is wrong."),
+                    note="Healthy: centred near zero once the value net has caught up, spread on the reward's "
+                         "scale; a centre that stays shifted means the advantage calculation is wrong."),
             heatmap("rlvitals_learner_sample_staleness_steps", width=12),
             trace("rlvitals_learner_value_trace", width=12),
         ]),

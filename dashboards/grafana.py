@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rlvitals.telemetry.rules import metric_thresholds
+
 from .panels import DATASOURCE, GRID_WIDTH, Dashboard, Panel
 
 SCHEMA_VERSION = 39
@@ -12,7 +14,8 @@ def _templating() -> dict:
     def query_variable(name: str, label: str, query: str) -> dict:
         return {"name": name, "label": label, "type": "query", "datasource": DATASOURCE, "definition": query,
                 "query": {"query": query, "refId": f"{name}-variable"}, "refresh": 2, "sort": 1, "multi": True,
-                "includeAll": True, "allValue": ".*", "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+                "includeAll": True, "allValue": ".*",
+                "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
                 "hide": 0, "regex": "", "options": []}
 
     return {"list": [
@@ -44,11 +47,29 @@ def _panel_json(panel: Panel, pid: int, pos: dict) -> dict:
                           "tooltip": {"mode": "multi", "sort": "none"}}
     else:
         out["options"] = panel.options
+    if panel.kind == "timeseries":
+        _threshold_lines(panel, defaults, out)
     out["fieldConfig"] = {"defaults": defaults, "overrides": panel.overrides}
     out["targets"] = [{**t, "refId": chr(ord("A") + i)} for i, t in enumerate(panel.targets)]
     if panel.transformations:
         out["transformations"] = panel.transformations
     return out
+
+
+def _threshold_lines(panel: Panel, defaults: dict, out: dict) -> None:
+    """Draw the health rules' thresholds on the panel: red beyond them, the healthy side clear."""
+    found = sorted({(value, op, rule.name) for m in panel.metrics for op, value, rule in metric_thresholds(m)})
+    if not found:
+        return
+    # Grafana colours the range from each step's value up to the next one.
+    first_unhealthy = found[0][1] in ("<", "<=")
+    steps = [{"color": "red" if first_unhealthy else "transparent", "value": None}]
+    for value, op, _ in found:
+        steps.append({"color": "transparent" if op in ("<", "<=") else "red", "value": value})
+    defaults["thresholds"] = {"mode": "absolute", "steps": steps}
+    defaults["custom"]["thresholdsStyle"] = {"mode": "line+area"}
+    rules = ", ".join(f"{name} ({op} {value:g})" for value, op, name in found)
+    out["description"] += f"\n\nRed: where a health rule fires if it lasts: {rules} (docs/health.md)."
 
 
 def build(spec: Dashboard) -> dict:

@@ -282,3 +282,24 @@ def check_rules() -> None:
 
 
 check_rules()
+
+
+def metric_thresholds(metric_name: str) -> list[tuple[str, float, Rule]]:
+    """(comparison, value, rule) for every threshold the rules put on a catalogue metric (any label)."""
+    out = []
+    for rule in RULES:
+        for key, op, value in thresholds(rule):
+            if ROW_KEYS[key][0].name == metric_name:
+                out.append((op, value, rule))
+    return out
+
+
+def healthy_bands(metric_name: str) -> list[tuple[float, float]]:
+    """The healthy range(s) of a metric implied by the rules' thresholds: [(low, high)], inf where open."""
+    low, high = -float("inf"), float("inf")
+    for op, value, _ in metric_thresholds(metric_name):
+        if op in (">", ">="):
+            high = min(high, value)
+        else:
+            low = max(low, value)
+    return [] if (low, high) == (-float("inf"), float("inf")) else [(low, high)]
