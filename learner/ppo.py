@@ -1,6 +1,9 @@
 """PPO with V-trace importance correction (as in APPO), and the learner that runs it.
 
-The loss is `ppo_loss`; everything else here is the update loop around it.
+`ppo_loss` is the loss, a pure function of tensors; `PPOLearner.learn` is the
+update loop around it: a batch arrives (targets from the network as it is
+then), epochs x minibatches of steps, then the batch's statistics in one
+host transfer.
 """
 
 from __future__ import annotations
@@ -37,21 +40,56 @@ class PPOSettings:
     mixed_precision: bool = False
 
 
-def ppo_loss(net, obs, actions, behaviour_logp, advantages, value_targets, s: PPOSettings):
-    """Clipped surrogate + value regression - entropy bonus (Schulman et al., 2017)."""
-    params, values = net(obs)
-    logp = net.dist.log_prob(params, actions)
+def ppo_loss(logp, behaviour_logp, values, advantages, value_targets, entropy, s: PPOSettings):
+    """Clipped surrogate + value regression - entropy bonus (Schulman et al., 2017, eq. 7 and 9).
+
+    Per sample: log pi(a|x) now, log mu(a|x) of the actor, V(x) now, the advantage,
+    the value target and the policy's entropy at x. Returns (loss, parts).
+    """
     ratio = (logp - behaviour_logp).exp()          # pi / mu: corrects the step's own action
     if s.normalize_advantages and advantages.numel() > 1:
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
     surrogate = torch.min(ratio * advantages, ratio.clamp(1 - s.clip_coef, 1 + s.clip_coef) * advantages)
     policy_loss = -surrogate.mean()
     value_loss = 0.5 * (values - value_targets).pow(2).mean()
-    entropy = net.dist.entropy(params).mean()
+    entropy = entropy.mean()
     loss = policy_loss + s.value_coef * value_loss - s.entropy_coef * entropy
     clipped = ((ratio - 1).abs() > s.clip_coef).float().mean()
     return loss, {"policy_loss": policy_loss, "value_loss": value_loss, "entropy_loss": -entropy,
-                  "clip_fraction": clipped}, params
+                  "clip_fraction": clipped}
+
+
+@dataclass
+class _Batch:
+    """One rollout on the learner's device: the [T, N] tensors the targets need, and
+    the valid samples flattened for the minibatch steps (`mb_*`, `count` of them)."""
+
+    rewards: torch.Tensor
+    valid: torch.Tensor
+    values: torch.Tensor
+    targets: torch.Tensor
+    advantages: torch.Tensor
+    mb_obs: torch.Tensor
+    mb_actions: torch.Tensor
+    mb_logp: torch.Tensor
+    mb_params: torch.Tensor
+    mb_adv: torch.Tensor
+    mb_targets: torch.Tensor
+    count: int
+    stats: dict
+    """0-d statistics of the batch as it arrived."""
+    activations: diag.ActivationProbe
+
+
+@dataclass
+class _Update:
+    """What the minibatch steps of one batch leave for the statistics."""
+
+    before: torch.Tensor
+    steps: int
+    stats: dict
+    fwd_s: float
+    opt_s: float
 
 
 class PPOLearner:
@@ -79,111 +117,113 @@ class PPOLearner:
 
     def learn(self, rollout: Rollout) -> dict[str, float]:
         """One batch: V-trace targets at arrival, then epochs x minibatches of PPO steps."""
-        s, net, dev = self.s, self.net, self.device
-        staleness = net.age - rollout.policy_age
+        staleness, age_before = self.net.age - rollout.policy_age, self.net.age
         t0 = time.perf_counter()
-        T, N = rollout.num_steps, rollout.num_envs
-        valid_flat = rollout.valid.reshape(-1)
-        index = valid_flat.nonzero().squeeze(-1)       # host-side: no device sync
-        obs, actions, rewards, terminated, truncated, valid, behaviour_params, behaviour_logp, index = (
-            _to_device(x, dev) for x in (rollout.obs, rollout.actions, rollout.rewards, rollout.terminated,
-                                         rollout.truncated, rollout.valid, rollout.behaviour_params,
-                                         rollout.behaviour_logp, index))
-        done = terminated | truncated
+        tensors, index = self._transfer(rollout)
         t1 = time.perf_counter()
+        batch = self._arrive(tensors, index)
+        update = self._update(batch)
+        out = self._report(batch, update)
+        where = _first_nonfinite(out)
+        steps, count_learned = update.steps, batch.count
+        if where:
+            # Skip the batch: the weights, Adam's moments and the age are as if it never came.
+            self._restore(update.before)
+            self.net.age = age_before
+            steps, count_learned = 0, 0
+        self.samples_learned += count_learned * self.s.update_epochs
+        self.updates += 1
+        out.update({"staleness": float(staleness), "samples": float(count_learned), "learner_steps": float(steps),
+                    "samples_learned": float(count_learned * self.s.update_epochs), "updates": 1.0,
+                    "age": float(self.net.age), "nonfinite": float(bool(where)), "nonfinite_where": where,
+                    "nonfinite_samples": float(batch.count - count_learned), "time_transfer": t1 - t0,
+                    "time_forward_backward": update.fwd_s, "time_optimizer": update.opt_s})
+        return out
 
-        # Targets from the network as it is when the batch arrives (V-trace corrects staleness).
+    def _transfer(self, rollout: Rollout) -> tuple[dict, torch.Tensor]:
+        """The rollout's tensors on the learner's device, and the flat positions of its valid samples."""
+        index = rollout.valid.reshape(-1).nonzero().squeeze(-1)       # host-side: no device sync
+        names = ("obs", "actions", "rewards", "terminated", "truncated", "valid", "behaviour_params",
+                 "behaviour_logp")
+        tensors = {k: _to_device(getattr(rollout, k), self.device) for k in names}
+        return tensors, _to_device(index, self.device)
+
+    def _arrive(self, r: dict, index: torch.Tensor) -> _Batch:
+        """Targets from the network as it is when the batch arrives (V-trace corrects staleness)."""
+        s, net = self.s, self.net
+        obs, actions, rewards, valid = r["obs"], r["actions"], r["rewards"], r["valid"]
+        T, N = rewards.shape
+        done = r["terminated"] | r["truncated"]
         with torch.no_grad():
             with diag.ActivationProbe(net, enabled=self.debug) as activations, self._autocast():
                 params_all, values_all = net(obs.reshape(-1, *obs.shape[2:]))
             params_all, values_all = params_all.float(), values_all.float()  # no-ops without autocast
             values_all = values_all.reshape(T + 1, N)
             params = params_all.reshape(T + 1, N, -1)[:T]
-            log_rhos = net.dist.log_prob(params, actions) - behaviour_logp
+            log_rhos = net.dist.log_prob(params, actions) - r["behaviour_logp"]
             values, next_values = values_all[:T], values_all[1:]
-            targets, advantages = vtrace(values, next_values, rewards, terminated, done, log_rhos,
+            targets, advantages = vtrace(values, next_values, rewards, r["terminated"], done, log_rhos,
                                          s.gamma, s.gae_lambda, s.vtrace_rho_clip, s.vtrace_c_clip, valid)
-            stats = self._batch_stats(params, values, targets, advantages, rewards, terminated, valid, done)
-
+            stats = self._batch_stats(params, values, targets, advantages, rewards, r["terminated"], valid, done)
         flat = lambda x: x.reshape(T * N, *x.shape[2:]).index_select(0, index)  # noqa: E731
-        mb_obs, mb_actions, mb_logp = flat(obs[:T]), flat(actions), flat(behaviour_logp)
-        mb_adv, mb_targets, mb_bparams = flat(advantages), flat(targets), flat(behaviour_params)
-        count = int(index.shape[0])
+        return _Batch(rewards=rewards, valid=valid, values=values, targets=targets, advantages=advantages,
+                      mb_obs=flat(obs[:T]), mb_actions=flat(actions), mb_logp=flat(r["behaviour_logp"]),
+                      mb_params=flat(r["behaviour_params"]), mb_adv=flat(advantages), mb_targets=flat(targets),
+                      count=int(index.shape[0]), stats=stats, activations=activations)
+
+    def _update(self, b: _Batch) -> _Update:
+        """update_epochs shuffled passes over the batch, num_minibatches optimizer steps each."""
+        s, net, dev = self.s, self.net, self.device
         before = diag.flat_params(net)
-        age_before = net.age
-        loss_ok = torch.ones((), dtype=torch.bool, device=dev)
-        grads_ok = torch.ones((), dtype=torch.bool, device=dev)
-        sums: dict[str, torch.Tensor] = {}
-        grad_absmax = torch.zeros((), device=dev)
-        kl_sum = torch.zeros((), device=dev)
-        small_sq = torch.zeros((), device=dev)
-        big_grad = None
+        sums = _StepSums(dev)
         fwd_s = opt_s = 0.0
         steps = 0
         for epoch in range(s.update_epochs):
-            order = torch.randperm(count, generator=self.generator).to(dev, non_blocking=True)
+            order = torch.randperm(b.count, generator=self.generator).to(dev, non_blocking=True)
             for mb in order.chunk(s.num_minibatches):
                 ta = time.perf_counter()
-                with self._autocast():
-                    loss, parts, mb_params = ppo_loss(net, mb_obs[mb], mb_actions[mb], mb_logp[mb],
-                                                      mb_adv[mb], mb_targets[mb], s)
-                self.optimizer.zero_grad(set_to_none=False)
-                loss.backward()
+                loss, parts, mb_params = self._forward_backward(b, mb)
                 grads = diag.flat_grads(net)
                 tb = time.perf_counter()
                 grad_norm = nn.utils.clip_grad_norm_(net.parameters(), s.max_grad_norm)
-                loss_ok &= torch.isfinite(loss.detach())   # flags stay on the device: no sync here
-                grads_ok &= torch.isfinite(grad_norm)
                 self.optimizer.step()
                 net.age += 1
                 steps += 1
                 opt_s += time.perf_counter() - tb
                 fwd_s += tb - ta
-                for k, v in parts.items():
-                    sums[k] = sums.get(k, 0.0) + v.detach()
-                sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm.detach()
-                sums["grad_meansq"] = sums.get("grad_meansq", 0.0) + grads.pow(2).mean()
-                grad_absmax = torch.maximum(grad_absmax, grads.abs().max())
-                if epoch == 0:
-                    small_sq = small_sq + grads.pow(2).sum()
-                    big_grad = grads.clone() if big_grad is None else big_grad + grads
+                sums.add(loss, parts, grad_norm, grads, first_epoch=epoch == 0)
                 if epoch == s.update_epochs - 1:   # each sample once, with the policy learning it
-                    kl_sum = kl_sum + net.dist.kl(mb_bparams[mb], mb_params.detach().float()).sum()
-        n_first = max(1, min(s.num_minibatches, count))
-        noise = self.noise_scale.update(small_sq / n_first, (big_grad / n_first).pow(2).sum(),
-                                        count / n_first, float(count))
-        after = diag.flat_params(net)
-        stats.update({k: v / steps for k, v in sums.items()})
-        stats.update(diag.step_statistics(before, after))
-        stats.update({"grad_absmax": grad_absmax, "kl": kl_sum / max(count, 1), "grad_noise_scale": noise,
-                      "params_finite": torch.isfinite(after).all().float(),
-                      "loss_finite": loss_ok.float(), "grads_finite": grads_ok.float()})
+                    sums.kl = sums.kl + net.dist.kl(b.mb_params[mb], mb_params.detach().float()).sum()
+        return _Update(before=before, steps=steps, stats=sums.result(steps, b.count, s.num_minibatches,
+                                                                      self.noise_scale), fwd_s=fwd_s, opt_s=opt_s)
 
+    def _forward_backward(self, b: _Batch, mb: torch.Tensor):
+        """The loss of one minibatch under the network as it is now, and its gradients (not yet clipped)."""
+        net = self.net
+        with self._autocast():
+            params, values = net(b.mb_obs[mb])
+            logp = net.dist.log_prob(params, b.mb_actions[mb])
+            loss, parts = ppo_loss(logp, b.mb_logp[mb], values, b.mb_adv[mb], b.mb_targets[mb],
+                                   net.dist.entropy(params), self.s)
+        self.optimizer.zero_grad(set_to_none=False)
+        loss.backward()
+        return loss, parts, params
+
+    def _report(self, b: _Batch, u: _Update) -> dict:
+        """Every statistic of the batch, copied to the host in one transfer."""
+        after = diag.flat_params(self.net)
+        stats = {**b.stats, **u.stats, **diag.step_statistics(u.before, after),
+                 "params_finite": torch.isfinite(after).all().float()}
         vectors = {}
         if self.value_trace:
-            vectors.update(value_trace=values[:, 0], reward_trace=rewards[:, 0])
+            vectors.update(value_trace=b.values[:, 0], reward_trace=b.rewards[:, 0])
         if self.debug:
-            vectors.update(target_hist=diag.bucket_counts(targets, valid, self.hist_bounds),
-                           advantage_hist=diag.bucket_counts(advantages, valid, self.hist_bounds))
-            stats.update({"target_hist_sum": (targets * valid).sum(), "advantage_hist_sum": (advantages * valid).sum()})
-            stats.update(diag.layer_statistics(net, activations))
-        out = _to_host(stats, vectors)
-        where = _first_nonfinite(out)
-        if where:
-            # Skip the batch: the weights, Adam's moments and the age are as if it never came.
-            self._restore(before)
-            net.age = age_before
-            steps, count_learned = 0, 0
-        else:
-            count_learned = count
-        self.samples_learned += count_learned * s.update_epochs
-        self.updates += 1
-        out.update({"staleness": float(staleness), "samples": float(count_learned), "learner_steps": float(steps),
-                    "samples_learned": float(count_learned * s.update_epochs), "updates": 1.0,
-                    "age": float(net.age), "nonfinite": float(bool(where)), "nonfinite_where": where,
-                    "nonfinite_samples": float(count - count_learned),
-                    "time_transfer": t1 - t0, "time_forward_backward": fwd_s, "time_optimizer": opt_s})
-        return out
+            vectors.update(target_hist=diag.bucket_counts(b.targets, b.valid, self.hist_bounds),
+                           advantage_hist=diag.bucket_counts(b.advantages, b.valid, self.hist_bounds))
+            stats.update({"target_hist_sum": (b.targets * b.valid).sum(),
+                          "advantage_hist_sum": (b.advantages * b.valid).sum()})
+            stats.update(diag.layer_statistics(self.net, b.activations))
+        return _to_host(stats, vectors)
 
     def _autocast(self):
         """bfloat16 autocast for forward passes when mixed precision is on (CUDA only); else nothing."""
@@ -206,6 +246,40 @@ class PPOLearner:
             torch.nn.utils.vector_to_parameters(flat, self.net.parameters())
         self.optimizer.state.clear()
         self.nonfinite_batches += 1
+
+
+class _StepSums:
+    """Running sums over one batch's optimizer steps, kept on the device (no sync in the loop)."""
+
+    def __init__(self, dev: torch.device):
+        self.sums: dict[str, torch.Tensor] = {}
+        self.loss_ok = torch.ones((), dtype=torch.bool, device=dev)
+        self.grads_ok = torch.ones((), dtype=torch.bool, device=dev)
+        self.grad_absmax = torch.zeros((), device=dev)
+        self.kl = torch.zeros((), device=dev)
+        self.small_sq = torch.zeros((), device=dev)   # sum of |g_minibatch|^2 over the first epoch
+        self.big_grad = None                          # sum of the first epoch's minibatch gradients
+
+    def add(self, loss, parts: dict, grad_norm, grads, first_epoch: bool) -> None:
+        self.loss_ok &= torch.isfinite(loss.detach())
+        self.grads_ok &= torch.isfinite(grad_norm)
+        for k, v in parts.items():
+            self.sums[k] = self.sums.get(k, 0.0) + v.detach()
+        self.sums["grad_norm"] = self.sums.get("grad_norm", 0.0) + grad_norm.detach()
+        self.sums["grad_meansq"] = self.sums.get("grad_meansq", 0.0) + grads.pow(2).mean()
+        self.grad_absmax = torch.maximum(self.grad_absmax, grads.abs().max())
+        if first_epoch:
+            self.small_sq = self.small_sq + grads.pow(2).sum()
+            self.big_grad = grads.clone() if self.big_grad is None else self.big_grad + grads
+
+    def result(self, steps: int, count: int, num_minibatches: int, noise_scale) -> dict:
+        """Means per step, the KL per sample and the gradient noise scale from the first epoch's two batch sizes."""
+        n_first = max(1, min(num_minibatches, count))
+        noise = noise_scale.update(self.small_sq / n_first, (self.big_grad / n_first).pow(2).sum(),
+                                   count / n_first, float(count))
+        return {**{k: v / steps for k, v in self.sums.items()}, "grad_absmax": self.grad_absmax,
+                "kl": self.kl / max(count, 1), "grad_noise_scale": noise,
+                "loss_finite": self.loss_ok.float(), "grads_finite": self.grads_ok.float()}
 
 
 def _to_device(x: torch.Tensor, dev: torch.device) -> torch.Tensor:
