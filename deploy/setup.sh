@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up rlvitals in ./.venv from a clean clone.
 #   bash deploy/setup.sh          the package and its dependencies
-#   bash deploy/setup.sh --test   also the test tools and Debian's prometheus (promtool)
+#   bash deploy/setup.sh --test   also the test tools, Debian's prometheus (promtool) and chromium (the report's browser tests)
 # TORCH_SPEC overrides the torch requirement (default: keep an installed torch >= 2.4,
 # else torch==2.13.0; on a GPU machine set e.g. TORCH_SPEC='torch>=2.4' to get a CUDA build).
 set -euo pipefail
@@ -26,13 +26,14 @@ fi
 
 if [[ $WITH_TESTS == 1 ]]; then
     "${PIP[@]}" -e ".[test]"
-    if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+    if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1 \
+            || ! command -v chromium >/dev/null 2>&1; then
         if [[ $(id -u) == 0 ]]; then
-            apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
+            apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus chromium >/dev/null
         elif command -v sudo >/dev/null 2>&1; then
-            sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
+            sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus chromium >/dev/null
         else
-            echo "setup: the tests need Prometheus: install Debian's 'prometheus' package (apt-get install prometheus)" >&2
+            echo "setup: the tests need Prometheus and Chromium: install Debian's packages (apt-get install prometheus chromium)" >&2
             exit 1
         fi
     fi

@@ -47,6 +47,8 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         if f.name == "mode":
             kwargs["choices"] = MODES
         metavar = {bool: "BOOL", int: "N", float: "X"}.get(types[f.name], "VALUE")
+        if types[f.name] is bool:  # `--tensorboard` alone means `--tensorboard true`
+            kwargs.update(nargs="?", const="true")
         flags = [_flag(f.name)] + ALIASES.get(f.name, [])
         parser.add_argument(*flags, metavar=metavar if "choices" not in kwargs else None, **kwargs)
 
@@ -79,6 +81,15 @@ def build_parser() -> Parser:
     doctor = sub.add_parser("doctor", help="run the probe-environment ladder and name the broken component")
     doctor.add_argument("--seed", type=int, default=0)
     doctor.add_argument("--keep", metavar="DIR", help="keep the probe runs under DIR instead of a temp dir")
+
+    report = sub.add_parser("report", help="write one offline HTML page of one or more runs (overlaid)")
+    report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (running, crashed or done)")
+    report.add_argument("-o", "--output", metavar="FILE",
+                        help="HTML file to write (default: RUN_DIR/report.html for one run, ./report.html for several)")
+
+    export = sub.add_parser("export", help="write a run's metrics in another tool's format")
+    export.add_argument("format", choices=["tensorboard"], help="tensorboard: event files in the run directory")
+    export.add_argument("run_dir", metavar="RUN_DIR", help="run directory with a metrics.jsonl")
 
     from . import dashboards_cli, stack
 
@@ -174,7 +185,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         preflight(cfg, fresh_dir=False)
         from .session import run_training
 
-        print(json.dumps(run_training(cfg, sys.argv[1:], resume=state)))
+        summary = run_training(cfg, sys.argv[1:], resume=state)
+        print(json.dumps(summary))
+        _human_summary(cfg, summary)
         return 0
     cfg = train_config_from_args(args)
     if not cfg.run_dir:
@@ -184,7 +197,16 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     summary = run_training(cfg, sys.argv[1:])
     print(json.dumps(summary))
+    _human_summary(cfg, summary)
     return 0
+
+
+def _human_summary(cfg: TrainConfig, summary: dict) -> None:
+    """The run's few lines for a person, on stderr (stdout's last line stays the JSON summary)."""
+    if cfg.progress:
+        from .report import format_run_summary
+
+        print(format_run_summary(summary, cfg.run_dir), file=sys.stderr, flush=True)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -211,6 +233,29 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import ReportError, build_report
+
+    try:
+        path, size = build_report(args.run_dirs, args.output)
+    except ReportError as exc:
+        raise UsageError(str(exc)) from None
+    print(json.dumps({"report": str(path), "bytes": size}))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from .report import ReportError
+    from .report.tensorboard import export_tensorboard
+
+    try:
+        path, rows = export_tensorboard(args.run_dir)
+    except ReportError as exc:
+        raise UsageError(str(exc)) from None
+    print(json.dumps({"tensorboard": str(path), "rows": rows}))
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor import run_doctor
 
@@ -230,7 +275,7 @@ def cmd_stack(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"train": cmd_train, "eval": cmd_eval, "runs": cmd_runs, "doctor": cmd_doctor,
-            "dashboards": cmd_dashboards, "stack": cmd_stack}
+            "dashboards": cmd_dashboards, "stack": cmd_stack, "report": cmd_report, "export": cmd_export}
 
 
 def main(argv: list[str] | None = None) -> int:

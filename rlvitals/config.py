@@ -136,6 +136,8 @@ class TrainConfig:
     """Consecutive batches with NaN/inf (skipped, never learned from) after which the run stops."""
     progress: bool = True
     """Show the live progress line in the terminal."""
+    tensorboard: bool = False
+    """Also write TensorBoard event files into the run directory, one event per metrics row (`tensorboard --logdir runs`)."""
 
     # ---------------------------------------------------------------- derived
     @property
