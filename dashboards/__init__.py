@@ -11,9 +11,11 @@ read them from here.
 May import: `rlvitals.telemetry` (the catalogue) and the standard library.
 """
 
+from importlib import resources
 from pathlib import Path
 
-DASHBOARD_DIR = Path(__file__).resolve().parent
+DASHBOARD_DIR = Path(str(resources.files(__name__)))
+"""This package's folder, found through the import system: the checkout's dashboards/ or the installed copy."""
 
 
 def dashboard_files() -> list[Path]:

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 import uuid
-from importlib import metadata
+from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +31,33 @@ CHECKPOINT_FORMAT = "rlvitals-checkpoint-v1"
 
 
 def code_version() -> dict[str, Any]:
-    """Git commit and dirty flag of the source tree, when it is a checkout."""
-    root = Path(__file__).resolve().parent.parent
+    """What code is running: from git where rlvitals runs from a checkout, else from the installed package's metadata.
+
+    `version` is the package version; `commit` the checkout's HEAD (`dirty`: tracked files differ from it), or for an
+    install from a git URL the commit pip recorded (PEP 610 direct_url.json), else "unknown"; `source` says which.
+    """
     try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                                text=True, timeout=5).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5).stdout.strip() != ""
-    except (OSError, subprocess.SubprocessError):
-        commit, dirty = "", False
-    return {"commit": commit or "unknown", "dirty": dirty}
+        dist = metadata.distribution("rlvitals")
+        version = dist.version
+    except metadata.PackageNotFoundError:
+        dist, version = None, "unknown"
+    root = Path(str(resources.files("rlvitals"))).parent
+    if (root / "pyproject.toml").is_file():  # a source tree (checkout, editable install), not site-packages
+        try:
+            commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                                    text=True, timeout=5).stdout.strip()
+            dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                                   capture_output=True, text=True, timeout=5).stdout.strip() != ""
+        except (OSError, subprocess.SubprocessError):
+            commit, dirty = "", False
+        if commit:
+            return {"commit": commit, "dirty": dirty, "version": version, "source": "git"}
+    try:
+        direct = json.loads((dist.read_text("direct_url.json") if dist else None) or "{}")
+    except json.JSONDecodeError:
+        direct = {}
+    commit = direct.get("vcs_info", {}).get("commit_id") or "unknown"
+    return {"commit": commit, "dirty": False, "version": version, "source": "metadata"}
 
 
 def package_versions() -> dict[str, str]:

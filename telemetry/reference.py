@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from importlib import resources
 from math import prod
 from pathlib import Path
 
@@ -26,7 +27,8 @@ from .recorder import COMPONENTS, Recorder
 DEFAULT_LEVEL = "standard"
 """The level a run uses when nothing sets one (TrainConfig.verbosity; checked by the tests)."""
 
-DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
+DEFAULT_OUTPUT = Path(str(resources.files("rlvitals.docs"))) / "metrics.md"
+"""docs/metrics.md, found through the import system (the data package `rlvitals.docs`), checkout or wheel alike."""
 
 # Labels without a closed set of values in the catalogue, and why they stay bounded.
 IDENTITY_LABELS = ("run_id", "env", "algorithm", "mode", "code_version")
