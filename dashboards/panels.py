@@ -140,7 +140,7 @@ def rates(*names: str, by: tuple[str, ...] = (), per: tuple[str, ...] = ("run_id
             raise CatalogueError(f"{m.name} is a {m.kind}, not a counter")
     group = ", ".join(per + by)
     targets = [target(f"{agg} by ({group}) (rate({series(m.name)}[{RATE_WINDOW}]))", legend(per + by, word))
-               for m, word in zip(ms, _legends(ms, legends))]
+               for m, word in zip(ms, _legends(ms, legends), strict=True)]
     shown = f"per-second rate over $__rate_interval, {'summed' if agg == 'sum' else agg + ' over processes'} " \
             f"per {' and '.join(per + by)}"
     custom = {"stacking": {"group": "A", "mode": "normal"}, "fillOpacity": 20} if stack else {}
@@ -155,7 +155,7 @@ def gauges(*names: str, by: tuple[str, ...] = (), per: tuple[str, ...] = ("run_i
     ms = [metric(n) for n in names]
     group = ", ".join(per + by)
     targets = [target(f"{agg} by ({group}) ({series(m.name)})", legend(per + by, word))
-               for m, word in zip(ms, _legends(ms, legends))]
+               for m, word in zip(ms, _legends(ms, legends), strict=True)]
     defaults = {k: v for k, v in (("min", lo), ("max", hi)) if v is not None}
     custom = {"scaleDistribution": {"type": "log", "log": 10}} if log else {}
     shown = f"latest value per {' and '.join(per + by)}" + (" (log scale)" if log else "")

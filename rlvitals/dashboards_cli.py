@@ -121,6 +121,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"rlvitals: error: {exc}", file=sys.stderr)
         return exc.code
     origin = "{0.scheme}://{0.netloc}".format(urlparse(args.url))  # Grafana's answer carries any sub-path
-    for path, answer in zip(files, answers):
+    for path, answer in zip(files, answers, strict=True):
         print(f"rlvitals: pushed {path.name} -> {origin}{answer.get('url', '')} (version {answer.get('version', '?')})")
     return 0

@@ -164,11 +164,17 @@ PRIVATE='
 set -e
 mount -t tmpfs -o mode=755 tmpfs /run
 i=0
-for p in "$@"; do case $p in "$HOME_DIR"|"$HOME_DIR"/*|/tmp|/tmp/*) mkdir -p /run/keep/$i; mount --bind "$p" /run/keep/$i;; esac; i=$((i+1)); done
+for p in "$@"; do
+    case $p in "$HOME_DIR"|"$HOME_DIR"/*|/tmp|/tmp/*) mkdir -p /run/keep/$i; mount --bind "$p" /run/keep/$i;; esac
+    i=$((i+1))
+done
 mount -t tmpfs -o mode=700 tmpfs "$HOME_DIR"
 mount -t tmpfs -o mode=1777 tmpfs /tmp
 i=0
-for p in "$@"; do case $p in "$HOME_DIR"|"$HOME_DIR"/*|/tmp|/tmp/*) mkdir -p "$p"; mount --move /run/keep/$i "$p";; esac; i=$((i+1)); done
+for p in "$@"; do
+    case $p in "$HOME_DIR"|"$HOME_DIR"/*|/tmp|/tmp/*) mkdir -p "$p"; mount --move /run/keep/$i "$p";; esac
+    i=$((i+1))
+done
 mkdir -p /run/sshd
 touch "$ROOT/$0.ready"
 '
@@ -205,9 +211,9 @@ def unavailable() -> str | None:
     """Why a loopback `ray up` cannot run here, or None."""
     if not sys.platform.startswith("linux"):
         return "needs Linux namespaces"
-    for tool, package in (("/usr/sbin/sshd", "openssh-server"), ("ssh", "openssh-client"), ("ssh-keygen", "openssh-client"),
-                          ("rsync", "rsync"), ("prometheus", "prometheus"), ("unshare", "util-linux"),
-                          ("nsenter", "util-linux"), ("ip", "iproute2")):
+    for tool, package in (("/usr/sbin/sshd", "openssh-server"), ("ssh", "openssh-client"),
+                          ("ssh-keygen", "openssh-client"), ("rsync", "rsync"), ("prometheus", "prometheus"),
+                          ("unshare", "util-linux"), ("nsenter", "util-linux"), ("ip", "iproute2")):
         if shutil.which(tool) is None:
             return f"`{tool}` is missing (Debian: apt-get install {package}; `bash deploy/setup.sh --test` installs it)"
     probe = subprocess.run(["unshare", "--net", "--pid", "--mount", "--fork", "true"], capture_output=True, text=True)

@@ -364,9 +364,9 @@ class HintedCoin(gym.Env):
         return self._obs(), reward, True, False, {"is_success": reward > 0}
 
 
-if "%s" not in gym.registry:
-    gym.register("%s", entry_point=HintedCoin, disable_env_checker=True)
-''' % (LIVE_ENV_ID, LIVE_ENV_ID)
+if "ENV_ID" not in gym.registry:
+    gym.register("ENV_ID", entry_point=HintedCoin, disable_env_checker=True)
+'''.replace("ENV_ID", LIVE_ENV_ID)
 LIVE_LEVELS = ("standard", "debug")
 SCRAPE = "1s"
 SUBSTITUTIONS = {"$__rate_interval": "5s", "$__range": "5m", "$node": ".*"}
@@ -461,7 +461,7 @@ class LiveStack:
 
     def stop(self) -> dict[str, int]:
         codes = {}
-        for level, proc in self.procs.items():
+        for proc in self.procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)  # finish the update, write the archive
         for level, proc in self.procs.items():

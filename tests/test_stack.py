@@ -48,8 +48,9 @@ def bin_dir(tmp_path: Path, *tools: str) -> Path:
 
 
 def cli(*args: str, path: Path, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    environ = {k: v for k, v in os.environ.items() if k not in ("RLVITALS_GRAFANA_PASSWORD", "GF_SECURITY_ADMIN_PASSWORD",
-                                                                 "GRAFANA_TOKEN", "GRAFANA_USER", "GRAFANA_PASSWORD")}
+    secret = ("RLVITALS_GRAFANA_PASSWORD", "GF_SECURITY_ADMIN_PASSWORD", "GRAFANA_TOKEN", "GRAFANA_USER",
+              "GRAFANA_PASSWORD")
+    environ = {k: v for k, v in os.environ.items() if k not in secret}
     environ.update(env or {})
     environ["PATH"] = str(path)
     return subprocess.run([sys.executable, "-m", "rlvitals.cli", *args], capture_output=True, text=True,
@@ -347,10 +348,10 @@ class _GrafanaHandler(BaseHTTPRequestHandler):
                                       "url": f"/d/{dash['uid']}/slug", "version": version, "slug": "slug"})
         return self._answer(404, {"message": "Not found"})
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         self._handle("GET")
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         self._handle("POST")
 
     def log_message(self, *args):
@@ -397,7 +398,7 @@ def test_push_with_a_token_creates_the_folder_and_every_dashboard(grafana, push)
         [("POST", "/api/dashboards/db")] * len(dashboard_files())
     assert all(r["auth"] == "Bearer glsa_test_token" for r in server.requests[1:])
     assert server.requests[2]["body"] == {"title": "rlvitals", "uid": "rlvitals"}
-    for request, path in zip(server.requests[3:], dashboard_files()):
+    for request, path in zip(server.requests[3:], dashboard_files(), strict=True):
         body = request["body"]
         assert request["content_type"].startswith("application/json")
         assert set(body) == {"dashboard", "folderUid", "overwrite", "message"}

@@ -38,12 +38,14 @@ def ssh_command(auth: dict, host: str, command: str) -> list[str]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print(__doc__.strip().splitlines()[0], "\nusage: python deploy/cluster/down_local.py CLUSTER.yaml", file=sys.stderr)
+        print(__doc__.strip().splitlines()[0], "\nusage: python deploy/cluster/down_local.py CLUSTER.yaml",
+              file=sys.stderr)
         return 2
     config_file = argv[0]
     config = yaml.safe_load(Path(config_file).read_text())
     if config.get("provider", {}).get("type") != "local":
-        print(f"down_local: {config_file} is not a local-provider cluster; use `ray down {config_file}`", file=sys.stderr)
+        print(f"down_local: {config_file} is not a local-provider cluster; use `ray down {config_file}`",
+              file=sys.stderr)
         return 2
     ray = str(Path(sys.executable).with_name("ray"))
     failed = 0

@@ -27,7 +27,8 @@ import time
 # the node's address (Prometheus on the head scrapes every node), and put actors only on nodes that
 # advertise the `actor` resource (the CPU workers of deploy/cluster-*.yaml).
 # (`--mode` is left out when resuming: a resumed run keeps its own.)
-CLUSTER_DEFAULTS = ["--address", "auto", "--metrics-host", "node", "--actor-resources", "actor=1", "--progress", "false"]
+CLUSTER_DEFAULTS = ["--address", "auto", "--metrics-host", "node", "--actor-resources", "actor=1",
+                    "--progress", "false"]
 
 
 def config_from(argv: list[str]):
