@@ -139,8 +139,16 @@ def _line_traces(fig: dict, panel: Panel, run: Run, runs: list[Run], colour: str
 
 def _y_range(values: list[float], bands: list, log: bool) -> list[float] | None:
     """The data's range, widened to take in band edges that lie near it (far ones would flatten the curves)."""
+    if log:  # the same on log10 of the values; plotly takes a log axis's range in decades
+        logs = [math.log10(v) for v in values if v > 0 and math.isfinite(v)]
+        edges = [tuple(math.log10(e) if e is not None and e > 0 else None for e in band) for band in bands]
+        if not logs:
+            return None
+        lo, hi = min(logs), max(logs)
+        view = _y_range(logs + [lo - 0.5, hi + 0.5], edges, False)
+        return view
     finite = [v for v in values if math.isfinite(v)]
-    if log or not finite:
+    if not finite:
         return None
     lo, hi = min(finite), max(finite)
     span = (hi - lo) or abs(hi) or 1.0
@@ -157,12 +165,12 @@ LABEL_SPOTS = (("right", "top"), ("right", "bottom"), ("left", "top"), ("left", 
 """Where threshold labels go, in turn, so labels of lines close together do not print over each other."""
 
 
-def _hline(y: float, colour: str, dash: str, text: str, spot: int) -> tuple[dict, dict]:
+def _hline(y: float, colour: str, dash: str, text: str, spot: int, yref: str = "y") -> tuple[dict, dict]:
     xanchor, yanchor = LABEL_SPOTS[spot % len(LABEL_SPOTS)]
-    shape = {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": y, "y1": y,
+    shape = {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": yref, "y0": y, "y1": y,
              "line": {"color": colour, "width": 1, "dash": dash}}
     return shape, _label(text, colour, xref="paper", x=1 if xanchor == "right" else 0, xanchor=xanchor,
-                         yref="y", y=y, yanchor="bottom" if yanchor == "top" else "top")
+                         yref=yref, y=y, yanchor="bottom" if yanchor == "top" else "top")
 
 
 def _draw_bands(layout: dict, bands: list, view: list[float] | None) -> None:
@@ -182,10 +190,12 @@ def _draw_bands(layout: dict, bands: list, view: list[float] | None) -> None:
 
 
 def _draw_thresholds(layout: dict, lines: list, log: bool) -> None:
-    for i, (rule, op, value, sev) in enumerate(lines):
+    for i, (key, (rule, op, value, sev, alone)) in enumerate(lines):
         if log and value <= 0:
             continue
-        shape, note = _hline(value, SEVERITY_COLOURS.get(sev, "#555"), "longdash", f"{rule} fires at {op} {value:g}", i)
+        text = f"{rule} fires at {op} {value:g}" if alone else f"{rule}: {key} {op} {value:g} and more"
+        yref = "y2" if key.endswith("_std") and layout.get("yaxis2") else "y"  # a band panel's std: right axis
+        shape, note = _hline(value, SEVERITY_COLOURS.get(sev, "#555"), "longdash", text, i, yref)
         layout["shapes"].append(shape)
         layout["annotations"].append(note)
 
@@ -218,7 +228,7 @@ def panel_figure(panel: Panel, runs: list[Run]) -> dict | None:
     if not fig["data"]:
         return None
     bands = list(dict.fromkeys(b for sig in panel.signals for b in bands_for(sig.key)))
-    lines = list(dict.fromkeys(t for sig in panel.signals for t in thresholds_for(sig.key)))
+    lines = list(dict.fromkeys((sig.key, t) for sig in panel.signals for t in thresholds_for(sig.key)))
     unit = UNIT_TITLES.get(panel.unit, panel.unit)
     if panel.view == "rate":
         unit = unit + "/s" if unit else "per second"
@@ -226,7 +236,7 @@ def panel_figure(panel: Panel, runs: list[Run]) -> dict | None:
              "exponentformat": "SI" if panel.unit == "bytes" else "power", **AXIS_STYLE}
     if panel.log:
         yaxis["type"] = "log"
-    y_range = _y_range(values, bands + [(t[2], None) for t in lines], panel.log)
+    y_range = _y_range(values, bands + [(t[2], None) for key, t in lines if not key.endswith("_std")], panel.log)
     if y_range is not None:
         yaxis["range"] = y_range
     named = [t for t in fig["data"] if t.get("showlegend", True)]

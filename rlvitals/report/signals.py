@@ -245,11 +245,12 @@ def bands_for(metric_key: str) -> list[Band]:
     return catalogue_bands(sig.metric.help)
 
 
-def thresholds_for(metric_key: str) -> list[tuple[str, str, float, str]]:
-    """(rule, comparison, value, severity) of every health rule that compares this key with a number.
+def thresholds_for(metric_key: str) -> list[tuple[str, str, float, str, bool]]:
+    """(rule, comparison, value, severity, alone) of every health rule that compares this key with a number.
 
-    A rule fires when its comparison holds (with its other conditions), so the
-    line marks where healthy ends. Empty when the health rules are not there.
+    A rule fires when its comparison holds, together with its other conditions
+    unless `alone`, so the line marks where healthy ends. Empty when the health
+    rules are not there.
     """
     try:
         from rlvitals.telemetry.rules import RULES, thresholds
@@ -258,7 +259,9 @@ def thresholds_for(metric_key: str) -> list[tuple[str, str, float, str]]:
     found = []
     for rule in RULES:
         try:
-            found += [(rule.name, op, float(x), rule.severity) for key, op, x in thresholds(rule) if key == metric_key]
+            alone = len(rule.condition.keys()) == 1
+            found += [(rule.name, op, float(x), rule.severity, alone) for key, op, x in thresholds(rule)
+                      if key == metric_key]
         except Exception:  # a rule being edited must not take the report down
             continue
     return found
