@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 import gymnasium as gym
@@ -14,6 +15,15 @@ from .rollout import EpisodeStats, Rollout
 
 class EnvStepError(RuntimeError):
     """The environment raised or returned something unusable; names env id, seed and step."""
+
+
+SAFE_OBS_LIMIT = 1e30
+"""Observation values beyond this magnitude (or NaN/inf) never reach the policy network.
+
+A float32 first layer sums products of inputs and weights: inputs near 1e38 overflow to
+inf, inf - inf is NaN, and NaN logits make action sampling fail. Rows holding such
+values are acted on with a fixed zero-mean policy instead (see EnvRunner._act); the
+observations themselves are kept as they came, so the non-finite guard still sees them."""
 
 
 class EnvRunner:
@@ -38,6 +48,10 @@ class EnvRunner:
         self.obs_shape = self._obs_shape(self.obs_space)
         self.obs_dtype = np.float32 if not isinstance(self.obs_space, gym.spaces.Box) or self.obs_space.dtype != np.uint8 else np.uint8
         self.steps_taken = 0
+        self._check_obs = self.obs_dtype != np.uint8
+        self._fallback = torch.Generator().manual_seed(self.seed)  # draws for rows the policy cannot act on
+        self.unsafe_rows = 0
+        """Env rows acted on with the fallback policy since this runner started (non-finite or huge obs)."""
         try:
             obs, _ = self.env.reset(seed=self.seed)
         except Exception as exc:
@@ -58,7 +72,51 @@ class EnvRunner:
             raise EnvStepError(
                 f"env {self.env_id!r} (seed {self.seed}) returned observations of shape {arr.shape} "
                 f"at step {self.steps_taken}; its observation space says {(self.num_envs, *self.obs_shape)}")
-        return arr.astype(self.obs_dtype, copy=False)
+        if arr.dtype == self.obs_dtype:
+            return arr
+        with np.errstate(over="ignore", invalid="ignore"):  # float64 1e300 becomes inf: the guard reports it
+            return arr.astype(self.obs_dtype)
+
+    def _act(self, policy, obs: np.ndarray):
+        """policy.act on the observations; rows it cannot safely act on get the fallback policy.
+
+        Unsafe rows: an observation holding NaN, inf or a value beyond SAFE_OBS_LIMIT (the
+        policy sees zeros there instead), or, for continuous actions, an action or distribution
+        parameter that came back non-finite. Their action, parameters and log-probability are
+        replaced by a draw of the zero-mean fallback policy (uniform logits, or a unit Gaussian
+        around 0), so the stored behaviour matches what was done. The checks run on host arrays
+        the runner holds anyway: no extra device round trip per step.
+        """
+        unsafe = None
+        if self._check_obs:
+            safe = (np.abs(obs) <= SAFE_OBS_LIMIT).reshape(len(obs), -1).all(1)  # NaN compares False
+            if not safe.all():
+                unsafe = ~safe
+                obs = np.where(unsafe.reshape(-1, *([1] * len(self.obs_shape))), 0, obs).astype(obs.dtype)
+        action, param, logp = policy.act(torch.from_numpy(obs))
+        if not self.discrete:
+            finite = torch.isfinite(action).all(-1) & torch.isfinite(param).all(-1)
+            if not bool(finite.all()):
+                bad = (~finite).numpy()
+                unsafe = bad if unsafe is None else unsafe | bad
+        if unsafe is not None:
+            action, param, logp = action.clone(), param.clone(), logp.clone()
+            rows = torch.from_numpy(np.flatnonzero(unsafe))
+            a, p, lp = self._fallback_act(len(rows), param.shape[-1])
+            action[rows], param[rows], logp[rows] = a.to(action.dtype), p, lp
+            self.unsafe_rows += len(rows)
+        return action, param, logp
+
+    def _fallback_act(self, k: int, num_params: int):
+        """k draws of the zero-mean policy: (actions, params, log-probs) in the network's formats."""
+        if self.discrete:
+            n = int(self.action_space.n)
+            actions = torch.randint(n, (k,), generator=self._fallback)
+            return actions, torch.zeros(k, num_params), torch.full((k,), -math.log(n))
+        dim = num_params // 2
+        actions = torch.randn((k, dim), generator=self._fallback)  # params: mean 0, log-std 0
+        logp = (-0.5 * actions.pow(2) - 0.5 * math.log(2 * math.pi)).sum(-1)
+        return actions, torch.zeros(k, num_params), logp
 
     def collect(self, policy, num_steps: int) -> Rollout:
         """Step every env `num_steps` times with `policy`; return the rollout."""
@@ -78,7 +136,7 @@ class EnvRunner:
             valid[t] = ~self.prev_done
             t0 = time.perf_counter()
             with torch.no_grad():
-                action, param, logp = policy.act(torch.from_numpy(self.obs))
+                action, param, logp = self._act(policy, self.obs)
             if actions is None:  # shapes are known only after the first call
                 actions = torch.empty((T, *action.shape), dtype=action.dtype)
                 params = torch.empty((T, *param.shape), dtype=torch.float32)
