@@ -319,9 +319,10 @@ def _tree(path: Path) -> dict[str, int]:
     (["{tmp}/run", "{tmp}/nowhere"], ["'{tmp}/nowhere'"]),
     (["{tmp}/run", "-o", "{tmp}/no-such-dir/r.html"], ["'{tmp}/no-such-dir/r.html'", "does not exist"]),
     (["{tmp}/run", "-o", "{tmp}/run"], ["'{tmp}/run'", "is a directory"]),
+    (["{tmp}"], ["'{tmp}'", "directory of runs", "{tmp}/run"]),
     ([], ["RUN_DIR"]),
 ], ids=["missing-dir", "a-file", "not-a-run-dir", "one-of-two-missing", "output-dir-missing", "output-is-dir",
-        "no-run-dir"])
+        "parent-of-runs", "no-run-dir"])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, names):
     (tmp_path / "file.txt").write_text("x")
     (tmp_path / "not-a-run").mkdir()

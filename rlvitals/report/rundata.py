@@ -85,6 +85,10 @@ def check_run_dir(path: str) -> Path:
         raise ReportError(f"RUN_DIR {path!r} is invalid: it is not a directory; expected a run directory "
                           "(made by `rlvitals train`)")
     if not any((p / name).is_file() for name in RUN_FILES):
+        inside = sorted(str(c) for c in p.iterdir() if c.is_dir() and (c / "config.yaml").is_file())[:3]
+        if inside:
+            raise ReportError(f"RUN_DIR {path!r} is invalid: it is a directory of runs, not a run; expected run "
+                              f"directories such as {' '.join(inside)}")
         raise ReportError(f"RUN_DIR {path!r} is invalid: it holds none of {', '.join(RUN_FILES)}; expected a run "
                           "directory (made by `rlvitals train`)")
     return p
