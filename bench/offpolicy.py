@@ -1,6 +1,6 @@
 """Off-policy advantage before and after issue 16: learning curves in Ray mode with stale batches.
 
-Usage: python bench/offpolicy.py [--seeds 0 1 2] [--seconds 60] [--steps 300000] [--actors 2]
+Usage: python bench/offpolicy.py [--seeds 0 1 2] [--seconds 60] [--steps 200000] [--actors 2]
                                  [--in-flight 4] [--results-dir DIR]
 
 CartPole-v1, `--mode ray` with 2 actors and several rollouts in flight per actor, so a
@@ -10,8 +10,9 @@ staleness is recorded). Each seed runs twice in fresh processes, interleaved:
 into the learner by this script only; `after`, the product's
 delta_s + gamma lam (v_{s+1} - V(x_{s+1})). Targets are the same in both.
 Writes bench/results/offpolicy.json: per variant the curve of the last-100 mean
-return against env steps, env steps to 475 and the final return, per seed and as
-min/median/max.
+return against env steps (and its median over seeds where every seed got that far:
+a run also stops at its deadline), env steps to 475 and the final return, per seed
+and as min/median/max.
 """
 
 from __future__ import annotations
@@ -93,6 +94,12 @@ def curve(rows: list[dict]) -> list[list]:
     return points
 
 
+def median_curve(curves: list[list]) -> list[list]:
+    """[env_steps, median over seeds] at the grid points every seed reached (runs stop at a deadline)."""
+    common = min(len(c) for c in curves) if curves else 0
+    return [[curves[0][i][0], sorted(c[i][1] for c in curves)[len(curves) // 2]] for i in range(common)]
+
+
 def steps_to(rows: list[dict], threshold: float):
     return next((r["env_steps"] for r in rows if (r.get("mean_return_last_100") or 0) >= threshold), None)
 
@@ -112,7 +119,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--steps", type=int, default=300_000)
+    parser.add_argument("--steps", type=int, default=200_000)
     parser.add_argument("--actors", type=int, default=2)
     parser.add_argument("--in-flight", type=int, default=4)
     parser.add_argument("--results-dir", default=None)
@@ -134,7 +141,12 @@ def main() -> None:
                 t0 = time.perf_counter()
                 cmd = [sys.executable, __file__, "--one", variant, str(seed), out, "--seconds", str(args.seconds),
                        "--steps", str(args.steps), "--actors", str(args.actors), "--in-flight", str(args.in_flight)]
-                subprocess.run(cmd, check=True)
+                for attempt in range(3):   # a loaded machine can time out Ray's start-up: try again
+                    if subprocess.run(cmd).returncode == 0:
+                        break
+                    print(f"{variant} seed {seed}: run failed (attempt {attempt + 1}), retrying", flush=True)
+                else:
+                    raise SystemExit(f"{variant} seed {seed} failed three times")
                 r = summarise(json.loads(Path(out).read_text()), batch_steps)
                 runs[variant].append({"seed": seed, **r})
                 print(f"{variant:6s} seed {seed}: final {r['final_mean_return']}, to 475 {r['env_steps_to_475']} "
@@ -145,6 +157,7 @@ def main() -> None:
                    "env_steps_to_475": spread([r["env_steps_to_475"] for r in rs]),
                    "solved_runs": sum(r["env_steps_to_475"] is not None for r in rs),
                    "staleness_updates_median": spread([r["staleness_updates_median"] for r in rs]),
+                   "curve_median": median_curve([r["curve"] for r in rs]),
                    "per_seed": rs}
                for v, rs in runs.items()}
     config = {**fields(args, None), "seeds": args.seeds, "budget_seconds": args.seconds,
