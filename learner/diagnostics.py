@@ -43,11 +43,17 @@ def _masked_moments(x, y, mask):
     return xc, yc, m.sum()
 
 
-def residual_variance(targets: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Var(targets - values) / Var(targets): 1 = the value net explains nothing, 0 = everything."""
-    tc, rc, _ = _masked_moments(targets, targets - values, mask)
+def residual_variance(targets: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
+                      min_std: torch.Tensor | float = 0.0) -> torch.Tensor:
+    """Var(targets - values) / Var(targets): 1 = the value net explains nothing, 0 = everything.
+
+    NaN (undefined) when std(targets) < min_std: a ratio over nearly constant targets
+    measures the value net's noise, not what it explains.
+    """
+    tc, rc, n = _masked_moments(targets, targets - values, mask)
     var_t, var_r = tc.pow(2).sum(), rc.pow(2).sum()
-    return torch.where(var_t > 1e-12, var_r / var_t.clamp_min(1e-12), _nan(targets))
+    spread = (var_t > 1e-12) & (var_t >= n.clamp_min(1) * torch.as_tensor(min_std, device=targets.device) ** 2)
+    return torch.where(spread, var_r / var_t.clamp_min(1e-12), _nan(targets))
 
 
 def correlation(x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -71,6 +77,33 @@ def terminal_correlations(values, rewards, terminated, valid, done):
     penultimate_ok = final[1:] & valid[:-1] & ~done[:-1]
     penultimate = correlation(values[:-1], rewards[1:], penultimate_ok)
     return terminal, penultimate
+
+
+def logp_discrepancy(dist, params_all: torch.Tensor, actions: torch.Tensor, behaviour_logp: torch.Tensor,
+                     valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Actor-learner consistency, for a batch the learner sees with the weights that acted.
+
+    `params_all` [T+1, N, P]: the learner's policy parameters for obs[0..T]. Returns the
+    largest |log pi(a_t|x_t) - log mu_t| over valid steps t, and the same with the
+    learner's x_{t-1} or x_{t+1} in place of x_t (the smaller of the two shifts; steps
+    whose neighbouring observation lies in the rollout). Healthy: 0 and clearly above 0.
+    Observations stored one step off their actions: above 0 and 0. The learner seeing
+    different observations than the actor: both above 0. NaN where no step qualifies.
+    """
+    T = actions.shape[0]
+
+    def worst(params, acts, logp, mask):   # -inf when no step qualifies
+        if mask.numel() == 0:
+            return torch.full((), -torch.inf, device=params.device)
+        gap = (dist.log_prob(params, acts) - logp).abs()
+        return torch.where(mask, gap, -torch.inf).amax()
+
+    plain = worst(params_all[:T], actions, behaviour_logp, valid)
+    earlier = worst(params_all[: T - 1], actions[1:], behaviour_logp[1:], valid[1:])   # learner reads x_{t-1}
+    later = worst(params_all[1:], actions, behaviour_logp, valid)                       # learner reads x_{t+1}
+    none = lambda x: torch.where(x < 0, torch.inf, x)  # noqa: E731  (an empty side never wins the min)
+    shifted = torch.minimum(none(earlier), none(later))
+    return torch.where(plain < 0, NAN, plain), torch.where(torch.isinf(shifted), NAN, shifted)
 
 
 def flat_params(module: torch.nn.Module) -> torch.Tensor:
@@ -151,8 +184,9 @@ def layer_statistics(net: torch.nn.Module, probe: ActivationProbe) -> dict[str, 
     for name, module in net.named_modules():
         if isinstance(module, (torch.nn.Linear, torch.nn.Conv2d)):
             out[f"layer_weight_rms/{name}"] = module.weight.detach().pow(2).mean().sqrt()
-            if module.weight.grad is not None:
-                out[f"layer_gradient_rms/{name}"] = module.weight.grad.pow(2).mean().sqrt()
+            grad = module.weight.grad   # None: no gradient ever reached it, which reads 0 like a zero one
+            out[f"layer_gradient_rms/{name}"] = (grad.pow(2).mean().sqrt() if grad is not None
+                                                 else torch.zeros((), device=module.weight.device))
     for name, (kind, act) in probe.outputs.items():
         units = act.reshape(act.shape[0], -1)
         out[f"layer_activation_std/{name}"] = units.std(unbiased=False)

@@ -211,6 +211,11 @@ class ActorCritic(nn.Module):
     def forward(self, obs: torch.Tensor):
         return self.policy_params(obs), self.value(obs)
 
+    def heads(self) -> dict[str, list[nn.Parameter]]:
+        """Each output head's own parameters (intakes may be shared), for per-head gradient statistics."""
+        policy = list(self.policy_out.parameters()) + ([self.log_std] if self.log_std is not None else [])
+        return {"policy": policy, "value": list(self.value_out.parameters())}
+
     def seed(self, seed: int) -> None:
         self.generator.manual_seed(int(seed))
 

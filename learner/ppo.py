@@ -110,6 +110,22 @@ class PPOLearner:
         self.updates = 0
         self.nonfinite_batches = 0
         self.amp = settings.mixed_precision and device.type == "cuda"
+        self.heads = net.heads() if hasattr(net, "heads") else {}
+        self.reward_scale = torch.zeros((), device=device)
+        """Largest |reward| of any valid step learned from in this run (kept on the device)."""
+
+    def extra_state(self) -> dict:
+        """What a checkpoint must keep of the learner beyond network, optimizer and counters (tensors only)."""
+        ema = self.noise_scale
+        return {"reward_scale": self.reward_scale.detach().cpu(),
+                "noise_scale": [None if x is None else x.detach().cpu() for x in (ema.trace_ema, ema.sqnorm_ema)]}
+
+    def load_extra_state(self, state: dict) -> None:
+        if "reward_scale" in state:
+            self.reward_scale = state["reward_scale"].to(self.device, torch.float32)
+        if "noise_scale" in state:
+            self.noise_scale.trace_ema, self.noise_scale.sqnorm_ema = (
+                None if x is None else x.to(self.device) for x in state["noise_scale"])
 
     def set_learning_rate(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
@@ -117,11 +133,11 @@ class PPOLearner:
 
     def learn(self, rollout: Rollout) -> dict[str, float]:
         """One batch: V-trace targets at arrival, then epochs x minibatches of PPO steps."""
-        staleness, age_before = self.net.age - rollout.policy_age, self.net.age
+        staleness, age_before, scale_before = self.net.age - rollout.policy_age, self.net.age, self.reward_scale
         t0 = time.perf_counter()
         tensors, index = self._transfer(rollout)
         t1 = time.perf_counter()
-        batch = self._arrive(tensors, index)
+        batch = self._arrive(tensors, index, staleness)
         update = self._update(batch)
         out = self._report(batch, update)
         where = _first_nonfinite(out)
@@ -129,7 +145,7 @@ class PPOLearner:
         if where:
             # Skip the batch: the weights, Adam's moments and the age are as if it never came.
             self._restore(update.before)
-            self.net.age = age_before
+            self.net.age, self.reward_scale = age_before, scale_before
             steps, count_learned = 0, 0
         self.samples_learned += count_learned * self.s.update_epochs
         self.updates += 1
@@ -148,7 +164,7 @@ class PPOLearner:
         tensors = {k: _to_device(getattr(rollout, k), self.device) for k in names}
         return tensors, _to_device(index, self.device)
 
-    def _arrive(self, r: dict, index: torch.Tensor) -> _Batch:
+    def _arrive(self, r: dict, index: torch.Tensor, staleness: int) -> _Batch:
         """Targets from the network as it is when the batch arrives (V-trace corrects staleness)."""
         s, net = self.s, self.net
         obs, actions, rewards, valid = r["obs"], r["actions"], r["rewards"], r["valid"]
@@ -164,7 +180,11 @@ class PPOLearner:
             values, next_values = values_all[:T], values_all[1:]
             targets, advantages = vtrace(values, next_values, rewards, r["terminated"], done, log_rhos,
                                          s.gamma, s.gae_lambda, s.vtrace_rho_clip, s.vtrace_c_clip, valid)
-            stats = self._batch_stats(params, values, targets, advantages, rewards, r["terminated"], valid, done)
+            stats = self._scale_stats(rewards, targets, valid, done)
+            stats.update(self._batch_stats(params, values, targets, advantages, rewards, r["terminated"], valid,
+                                           done, stats.pop("min_target_std")))
+            stats.update(self._consistency(params_all.reshape(T + 1, N, -1), actions, r["behaviour_logp"], valid,
+                                           staleness))
         flat = lambda x: x.reshape(T * N, *x.shape[2:]).index_select(0, index)  # noqa: E731
         return _Batch(rewards=rewards, valid=valid, values=values, targets=targets, advantages=advantages,
                       mb_obs=flat(obs[:T]), mb_actions=flat(actions), mb_logp=flat(r["behaviour_logp"]),
@@ -184,6 +204,7 @@ class PPOLearner:
                 ta = time.perf_counter()
                 loss, parts, mb_params = self._forward_backward(b, mb)
                 grads = diag.flat_grads(net)
+                parts.update(self._head_grad_norms())
                 tb = time.perf_counter()
                 grad_norm = nn.utils.clip_grad_norm_(net.parameters(), s.max_grad_norm)
                 self.optimizer.step()
@@ -229,16 +250,58 @@ class PPOLearner:
         """bfloat16 autocast for forward passes when mixed precision is on (CUDA only); else nothing."""
         return torch.autocast("cuda", dtype=torch.bfloat16) if self.amp else contextlib.nullcontext()
 
-    def _batch_stats(self, params, values, targets, advantages, rewards, terminated, valid, done):
+    def _batch_stats(self, params, values, targets, advantages, rewards, terminated, valid, done, min_target_std):
         v = valid
         entropy = (self.net.dist.entropy(params) * v).sum() / v.sum().clamp_min(1)
         stats = {"relative_entropy": entropy / self.net.dist.max_entropy,
-                 "residual_variance": diag.residual_variance(targets, values, v)}
+                 "residual_variance": diag.residual_variance(targets, values, v, min_target_std)}
         stats["terminal_correlation"], stats["penultimate_terminal_correlation"] = \
             diag.terminal_correlations(values, rewards, terminated, valid, done)
         for name, x in (("value", values), ("target", targets), ("advantage", advantages), ("reward", rewards)):
             stats.update(diag.summary(name, x, v))
         return stats
+
+    def _scale_stats(self, rewards, targets, valid, done) -> dict:
+        """The run's reward scale r_max, and the targets against the bound |v| <= r_max / (1 - gamma).
+
+        Also the spread below which targets count as flat for residual_variance: 1% of
+        r_max times the horizon, min(1 / (1 - gamma), the batch's mean episode length).
+        Targets that differ by less (a plateau of truncated episodes, where every target is
+        r_max / (1 - gamma)) make the ratio measure the value net's noise. The episode
+        length caps the horizon so short episodes, whose values never reach
+        r_max / (1 - gamma), keep a defined ratio.
+        """
+        batch_max = torch.where(valid, rewards.abs(), 0.0).amax()
+        self.reward_scale = torch.fmax(self.reward_scale, batch_max.float())   # fmax: a NaN reward does not stick
+        scale, nan = self.reward_scale, torch.full((), diag.NAN, device=self.device)
+        episodes = (done & valid).sum()
+        horizon = torch.where(episodes > 0, valid.sum() / episodes.clamp_min(1), torch.inf)
+        if self.s.gamma < 1:
+            horizon = horizon.clamp(max=1 / (1 - self.s.gamma))
+        min_std = torch.where(torch.isinf(horizon), 0.0, 0.01 * scale * horizon)   # gamma = 1, no episode end: none
+        if self.s.gamma >= 1:   # no bound on |v|
+            return {"reward_scale": scale, "value_target_scale": nan, "min_target_std": min_std}
+        bound = scale / (1 - self.s.gamma)
+        target_max = torch.where(valid, targets.abs(), 0.0).amax()
+        return {"reward_scale": scale, "min_target_std": min_std,
+                "value_target_scale": torch.where(scale > 0, target_max / bound.clamp_min(1e-30), nan)}
+
+    def _consistency(self, params_all, actions, behaviour_logp, valid, staleness: int) -> dict:
+        """logp_discrepancy(_shifted), measured only when the batch was collected with the learner's own weights."""
+        if staleness != 0:
+            nan = torch.full((), diag.NAN, device=self.device)
+            return {"logp_discrepancy": nan, "logp_discrepancy_shifted": nan}
+        plain, shifted = diag.logp_discrepancy(self.net.dist, params_all, actions, behaviour_logp, valid)
+        return {"logp_discrepancy": plain, "logp_discrepancy_shifted": shifted}
+
+    def _head_grad_norms(self) -> dict:
+        """Gradient norm of each output head's own parameters, before clipping; a head with no gradient reads 0."""
+        out = {}
+        for name, params in self.heads.items():
+            norms = [p.grad.detach().norm() for p in params if p.grad is not None]
+            out[f"grad_norm_{name}"] = (torch.linalg.vector_norm(torch.stack(norms)) if norms
+                                        else torch.zeros((), device=self.device))
+        return out
 
     def _restore(self, flat: torch.Tensor) -> None:
         """Put the weights from before the update back, and restart Adam's moments (they saw the NaN)."""
