@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from .rundata import Run
-from .signals import RUN_COUNTERS, Panel, band_text, bands_for, thresholds_for, verdict_metrics
+from .signals import RUN_COUNTERS, Panel, band_text, bands_for, rule_severity, thresholds_for, verdict_metrics
 
 RUN_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2",
                "#7f7f7f", "#bcbd22")
@@ -254,3 +254,46 @@ def panel_figure(panel: Panel, runs: list[Run]) -> dict | None:
     _draw_verdicts(layout, panel, runs)
     fig["layout"] = layout
     return fig
+
+
+def _held_spans(history: list[tuple[float, bool]]) -> list[tuple[float, float]]:
+    spans, start, last = [], None, None
+    for t, held in history:
+        if held and start is None:
+            start = t
+        elif not held and start is not None:
+            spans.append((start, t))
+            start = None
+        last = t
+    if start is not None:
+        spans.append((start, last))
+    return spans
+
+
+def health_timeline(runs: list[Run]) -> dict | None:
+    """When each health rule's condition held, per run, on the env-steps axis; None when none ever held."""
+    data, labels = [], []
+    for run in runs:
+        for rule, history in sorted((run.history or {}).items()):
+            spans = _held_spans(history)
+            if not spans:
+                continue
+            label = f"{run.name} · {rule}" if len(runs) > 1 else rule
+            labels.append(label)
+            xs: list = []
+            for t0, t1 in spans:
+                x0, x1 = run.env_steps_at_seconds([t0, t1])
+                xs += [x0, x1 if x1 > x0 else x0 + 1, None]
+            colour = SEVERITY_COLOURS.get(rule_severity(rule), "#555")
+            data.append({"type": "scatter", "x": xs, "y": [label if x is not None else None for x in xs],
+                         "mode": "lines", "line": {"color": colour, "width": 10}, "name": label, "showlegend": False,
+                         "hovertemplate": f"{rule}: condition held<extra>{run.name}</extra>"})
+    if not data:
+        return None
+    layout = {"height": 60 + 28 * len(labels), "margin": {"l": 10, "r": 20, "t": 10, "b": 40},
+              "paper_bgcolor": "white", "plot_bgcolor": "white", "font": {"family": "system-ui, sans-serif", "size": 11},
+              "xaxis": {"title": {"text": "env steps", "font": {"size": 11}}, **AXIS_STYLE,
+                        "range": [0, max((r.rows[-1].get("env_steps", 0) for r in runs if r.rows), default=1) or 1]},
+              "yaxis": {"type": "category", "categoryorder": "array", "categoryarray": labels[::-1], **AXIS_STYLE},
+              "hovermode": "closest"}
+    return {"data": data, "layout": layout}

@@ -12,7 +12,7 @@ import plotly.offline
 import rlvitals
 from rlvitals.telemetry.catalogue import BY_NAME
 
-from .figures import PLOT_CONFIG, SEVERITY_COLOURS, panel_figure
+from .figures import PLOT_CONFIG, SEVERITY_COLOURS, health_timeline, panel_figure
 from .rundata import Run
 from .signals import AXIS_KEYS, REFERENCE, Panel, anchor, band_text, bands_for, outside, panels_for, rule_doc, \
     uncatalogued, verdict_metrics
@@ -154,7 +154,7 @@ def verdicts_section(runs: list[Run], panels: list[Panel]) -> str:
         parts.append("<table><tr><th>run</th><th>severity</th><th>rule</th><th>component</th><th>first held</th>"
                      f"<th>message</th><th>metrics</th></tr>{''.join(rows)}</table>")
     elif len(missing) < len(runs):
-        parts.append("<p>No health rule held on the evaluated runs.</p>")
+        parts.append("<p>No health rule fired on the evaluated runs.</p>")
     if missing:
         parts.append(f"<p class='muted'>No verdicts for {esc(', '.join(missing))}: no <code>verdicts.json</code> in the "
                      "run directory yet (the offline health evaluator writes it). Until then, the table below "
@@ -163,6 +163,12 @@ def verdicts_section(runs: list[Run], panels: list[Panel]) -> str:
         if checks:
             parts.append("<table><tr><th>run</th><th>signal</th><th>healthy band</th><th>last value</th>"
                          f"<th>check</th></tr>{''.join(checks)}</table>")
+    timeline = health_timeline(runs)
+    if timeline is not None:
+        parts.append("<h3>When each rule's condition held</h3><p class='muted'>Bars: evaluation times at which the "
+                     "condition was true (a rule fires, and gives a verdict, once it has held for its hold time)."
+                     "</p><div class='card'>" + _figure_html(timeline, "health-timeline",
+                                                             timeline["layout"]["height"]) + "</div>")
     return f"<section id='verdicts'><h2>Health verdicts</h2>{''.join(parts)}</section>"
 
 
@@ -197,11 +203,11 @@ def reference_section(names: list[str], docs: Path | None) -> str:
             f"<div class='grid'>{''.join(items)}</div></section>")
 
 
-def _figure_html(fig: dict, div_id: str) -> str:
+def _figure_html(fig: dict, div_id: str, height: int = 300) -> str:
     """A plot's div and the call that draws it (the JSON made safe to sit inside a script element)."""
     args = ", ".join(json.dumps(x, allow_nan=False, separators=(",", ":")) for x in (fig["data"], fig["layout"],
                                                                                      PLOT_CONFIG))
-    return (f'<div id="{div_id}" class="plot" style="height:300px"></div>'
+    return (f'<div id="{div_id}" class="plot" style="height:{height}px"></div>'
             f'<script>Plotly.newPlot("{div_id}", {args.replace("</", "<" + chr(92) + "/")});</script>')
 
 

@@ -40,6 +40,8 @@ class Run:
     """What is missing or was skipped, in words for the page."""
     rows_total: int = 0
     """Rows read before thinning."""
+    history: dict | None = None
+    """Health rule -> [(run seconds, its condition held)] at each evaluation (None without the evaluator)."""
 
     @property
     def status(self) -> str:
@@ -64,6 +66,20 @@ class Run:
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     keys[k] = None
         return list(keys)
+
+    def env_steps_at_seconds(self, seconds: list[float]) -> list[float]:
+        """Env steps at run times (linear between rows; clamped to the first and last row)."""
+        pts = [(r["wall_seconds"], r.get("env_steps", 0)) for r in self.rows
+               if isinstance(r.get("wall_seconds"), (int, float))]
+        if not pts:
+            return [0.0 for _ in seconds]
+        out, i = [], 0
+        for t in seconds:  # seconds ascend
+            while i + 1 < len(pts) and pts[i + 1][0] <= t:
+                i += 1
+            (t0, x0), (t1, x1) = pts[i], pts[min(i + 1, len(pts) - 1)]
+            out.append(x0 if t1 <= t0 or t <= t0 else x0 + (x1 - x0) * min(1.0, (t - t0) / (t1 - t0)))
+        return out
 
     def env_steps_at(self, update: int | None = None, seconds: float | None = None) -> float | None:
         """Env steps of the first row at or after a learner update (or run second)."""
@@ -145,29 +161,47 @@ def _read_json(path: Path, notes: list[str], what: str):
         return None
 
 
-def load_verdicts(run_dir: Path, notes: list[str]) -> list[dict] | None:
-    """verdicts.json when present; else the health evaluator's verdicts when it exists; else None."""
+HISTORY_POINTS = 20_000
+"""Most rule evaluations per rule when the page evaluates a run itself (longer runs: a coarser grid)."""
+
+
+def evaluate_health(rows: list[dict], run_id: str, notes: list[str]):
+    """(verdicts, history) of the offline health evaluator over the rows; (None, None) when it is not there.
+
+    history: rule -> [(run seconds, condition held)] at every evaluation time.
+    """
+    try:
+        from rlvitals.telemetry.health import DEFAULT_STEP, HealthMonitor
+    except ImportError:
+        return None, None
+    times = [r["wall_seconds"] for r in rows if isinstance(r.get("wall_seconds"), (int, float))]
+    step = max(DEFAULT_STEP, (times[-1] if times else 0) / HISTORY_POINTS)
+    if step > DEFAULT_STEP:
+        notes.append(f"health rules evaluated every {step:.1f} s of run time (not every {DEFAULT_STEP:g} s): "
+                     "a long run")
+    try:
+        monitor = HealthMonitor(step=step, run_id=run_id)
+        monitor.record_history()
+        for row in rows:
+            monitor(row)
+        verdicts = [v.to_dict() for v in monitor.finish()]
+    except Exception as exc:  # the report must not die of a rule's bug; say so instead
+        notes.append(f"the health evaluator failed on this run ({type(exc).__name__}: {exc})")
+        return None, None
+    return verdicts, monitor.history
+
+
+def load_verdicts(run_dir: Path, rows: list[dict], run_id: str, notes: list[str]):
+    """(verdicts, rule history): verdicts.json's verdicts when present, else the evaluator's; None when neither."""
+    verdicts, history = evaluate_health(rows, run_id, notes)
     path = run_dir / "verdicts.json"
     if path.is_file():
         data = _read_json(path, notes, "verdicts.json")
         if isinstance(data, list):
-            return [v for v in data if isinstance(v, dict)]
+            return [v for v in data if isinstance(v, dict)], history
         if data is not None:
             notes.append("verdicts.json is not a JSON list; it is left out")
-        return None
-    try:
-        from rlvitals.telemetry import health  # the offline evaluator, when it has landed
-    except ImportError:
-        return None
-    evaluate = getattr(health, "evaluate_run", None)
-    if evaluate is None:
-        return None
-    try:
-        found = evaluate(run_dir)
-    except Exception as exc:  # the report must not die of a rule's bug; say so instead
-        notes.append(f"the health evaluator failed on this run ({type(exc).__name__}: {exc})")
-        return None
-    return [v.to_dict() if hasattr(v, "to_dict") else dict(v) for v in found]
+    return verdicts, history
 
 
 def load_run(path: str, max_points: int = MAX_POINTS) -> Run:
@@ -197,9 +231,9 @@ def load_run(path: str, max_points: int = MAX_POINTS) -> Run:
     total = len(rows)
     if total > max_points:
         notes.append(f"{total} rows thinned evenly to {max_points} points per curve")
-    run = Run(run_dir, run_dir.resolve().name, config, meta, summary, thin(rows, max_points),
-              load_verdicts(run_dir, notes), notes, total)
-    return run
+    verdicts, history = load_verdicts(run_dir, rows, str(meta.get("run_id", "")), notes)
+    return Run(run_dir, run_dir.resolve().name, config, meta, summary, thin(rows, max_points), verdicts, notes,
+               total, history)
 
 
 def unique_names(runs: list[Run]) -> None:

@@ -276,6 +276,15 @@ def _rule_keys(rule_name: str) -> set[str]:
         return set()
 
 
+def rule_severity(rule_name: str) -> str:
+    try:
+        from rlvitals.telemetry.rules import BY_RULE
+
+        return BY_RULE[rule_name].severity
+    except (ImportError, KeyError, AttributeError):
+        return "info"
+
+
 def rule_doc(rule_name: str) -> str | None:
     """The anchor of a rule's section in docs/health.md, when the rules are there."""
     try:
