@@ -280,9 +280,9 @@ def health_timeline(runs: list[Run]) -> dict | None:
                 continue
             label = f"{run.name} · {rule}" if len(runs) > 1 else rule
             labels.append(label)
+            ends = run.env_steps_at_seconds([t for span in spans for t in span])
             xs: list = []
-            for t0, t1 in spans:
-                x0, x1 = run.env_steps_at_seconds([t0, t1])
+            for x0, x1 in zip(ends[::2], ends[1::2]):
                 xs += [x0, x1 if x1 > x0 else x0 + 1, None]
             colour = SEVERITY_COLOURS.get(rule_severity(rule), "#555")
             data.append({"type": "scatter", "x": xs, "y": [label if x is not None else None for x in xs],

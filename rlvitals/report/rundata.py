@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 RUN_FILES = ("config.yaml", "meta.json", "metrics.jsonl")
@@ -73,13 +74,8 @@ class Run:
                if isinstance(r.get("wall_seconds"), (int, float))]
         if not pts:
             return [0.0 for _ in seconds]
-        out, i = [], 0
-        for t in seconds:  # seconds ascend
-            while i + 1 < len(pts) and pts[i + 1][0] <= t:
-                i += 1
-            (t0, x0), (t1, x1) = pts[i], pts[min(i + 1, len(pts) - 1)]
-            out.append(x0 if t1 <= t0 or t <= t0 else x0 + (x1 - x0) * min(1.0, (t - t0) / (t1 - t0)))
-        return out
+        ts, xs = zip(*pts, strict=True)
+        return np.interp(np.asarray(seconds, dtype=float), ts, xs).tolist()
 
     def env_steps_at(self, update: int | None = None, seconds: float | None = None) -> float | None:
         """Env steps of the first row at or after a learner update (or run second)."""
