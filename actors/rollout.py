@@ -67,3 +67,28 @@ class Rollout:
 
     valid_count: int = 0
     """Number of valid transitions, computed once by the runner."""
+
+    @classmethod
+    def concat(cls, rollouts: list[Rollout]) -> Rollout:
+        """Rollouts of the same length side by side, as one batch of all their envs (in the order given).
+
+        The batch's `policy_age` is the oldest of its parts, so staleness is never understated;
+        per-rollout timings do not add up meaningfully and are dropped.
+        """
+        if len(rollouts) == 1:
+            return rollouts[0]
+        lengths = {r.num_steps for r in rollouts}
+        if len(lengths) != 1:
+            raise ValueError(f"rollouts of different lengths {sorted(lengths)} cannot be put side by side")
+
+        def cat(name: str) -> torch.Tensor:
+            return torch.cat([getattr(r, name) for r in rollouts], dim=1)
+
+        eps = [r.episodes for r in rollouts]
+        return cls(
+            obs=cat("obs"), actions=cat("actions"), rewards=cat("rewards"), terminated=cat("terminated"),
+            truncated=cat("truncated"), valid=cat("valid"), behaviour_params=cat("behaviour_params"),
+            behaviour_logp=cat("behaviour_logp"), policy_age=min(r.policy_age for r in rollouts),
+            episodes=EpisodeStats(np.concatenate([e.returns for e in eps]), np.concatenate([e.lengths for e in eps]),
+                                  np.concatenate([e.successes for e in eps])),
+            timings={}, valid_count=sum(r.valid_count for r in rollouts))
