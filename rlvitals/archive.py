@@ -3,7 +3,7 @@
 Layout of a run directory:
   config.yaml     the resolved config (every field, after YAML and flags)
   meta.json       run id, command line, code version, package versions, host
-  metrics.jsonl   one JSON row of metric values every `log_every_updates` updates
+  metrics.jsonl   one JSON row of metric values per update at first, then thinned (rlvitals/rows.py)
   summary.json    written once at the end
   checkpoints/    latest.pt (atomic: temp file, fsync, rename)
 

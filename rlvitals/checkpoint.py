@@ -47,57 +47,43 @@ def restore_rng(state: dict, net, learner) -> None:
     learner.generator.set_state(state["minibatch"])
 
 
-def counter_state(telemetry) -> list:
-    """[[name, [label values], value], ...] for every counter the recorder holds."""
-    if telemetry is None:
-        return []
-    from rlvitals.telemetry.catalogue import BY_NAME
-
-    with telemetry.recorder.lock:
-        return [[name, list(labels), value] for (name, labels), value in telemetry.recorder.values.items()
-                if name in BY_NAME and BY_NAME[name].kind == "counter"]
-
-
-def save_checkpoint(archive: RunArchive, cfg, net, learner, tracker, telemetry=None) -> None:
+def save_checkpoint(archive: RunArchive, cfg, net, learner, tracker, telemetry) -> None:
+    """`tracker` and `telemetry` give their own state (`state()`), as plain data."""
     archive.save_checkpoint({
         "config": cfg.to_dict(),
         "network": net.state_dict(),
         "optimizer": learner.optimizer.state_dict(),
         "age": net.age,
-        "tracker": {"env_steps": tracker.env_steps, "episodes": tracker.episodes, "updates": tracker.updates,
-                    "window": list(tracker.window), "elapsed": tracker.elapsed,
-                    "solved_after_s": tracker.solved_after_s, "solved_at_env_steps": tracker.solved_at_env_steps},
+        "tracker": tracker.state(),
         "learner": {"samples_learned": learner.samples_learned, "updates": learner.updates,
                     "nonfinite_batches": learner.nonfinite_batches},
         "rng": rng_state(net, learner),
-        "counters": counter_state(telemetry),
+        "telemetry": telemetry.state(),
     })
 
 
-def restore(state: dict, net, learner, tracker, telemetry=None) -> None:
-    """Put network, optimizer, counters, RNGs and Prometheus counters back as the checkpoint has them."""
+def restore(state: dict, net, learner, tracker) -> None:
+    """Put network, optimizer, the run's counters and RNGs back as the checkpoint has them.
+
+    The telemetry's counters are given back separately (`telemetry_state`), by whoever
+    starts the telemetry, before its endpoint first answers.
+    """
     net.load_state_dict(state["network"])
     net.age = int(state["age"])
     learner.optimizer.load_state_dict(state["optimizer"])
-    t = state["tracker"]
-    tracker.env_steps, tracker.episodes, tracker.updates = t["env_steps"], t["episodes"], t["updates"]
-    tracker.window.extend(t["window"])
-    tracker.resume_offset = float(t["elapsed"])
-    tracker.solved_after_s, tracker.solved_at_env_steps = t["solved_after_s"], t["solved_at_env_steps"]
+    tracker.load_state(state["tracker"])
     for key, value in state["learner"].items():
         setattr(learner, key, value)
     restore_rng(state["rng"], net, learner)
-    if telemetry is not None:
-        restore_counters(telemetry, state)
-        telemetry.recorder.record_age(net.age)
 
 
-def restore_counters(telemetry, state: dict) -> None:
-    """Counters continue from the checkpoint; done before the endpoint's first answer, so no scrape sees a reset."""
-    rec = telemetry.recorder
-    with rec.lock:
-        for name, labels, value in state["counters"]:
-            if name in rec.enabled:
-                rec.values[(name, tuple(labels))] = float(value)
-        rec.collected = float(state["tracker"]["env_steps"])
-        rec.learned = float(state["learner"]["samples_learned"])
+def telemetry_state(state: dict) -> dict:
+    """What a checkpoint holds for the telemetry's `load_state`, checkpoints from before `telemetry` included.
+
+    Where the run was at verbosity off (no telemetry state), the sample totals that the
+    training-intensity gauge needs are taken from the run's own counters.
+    """
+    saved = dict(state.get("telemetry") or {"counters": state.get("counters", [])})
+    saved.setdefault("collected", float(state["tracker"]["env_steps"]))
+    saved.setdefault("learned", float(state["learner"]["samples_learned"]))
+    return saved

@@ -36,21 +36,18 @@ def nonfinite_inputs(rollout) -> str:
 
 
 class NonFiniteGuard:
-    def __init__(self, run_dir: Path, limit: int, telemetry=None):
+    def __init__(self, run_dir: Path, limit: int):
         self.run_dir = Path(run_dir)
         self.limit = limit
-        self.telemetry = telemetry
         self.consecutive = 0
         self.skipped = 0
         self.first_where = ""
 
     def inputs_ok(self, rollout) -> bool:
-        """False (and the batch counted as dropped) when its inputs are non-finite."""
+        """False when the batch's inputs are non-finite (the caller counts it as dropped)."""
         where = nonfinite_inputs(rollout)
         if not where:
             return True  # the update may still go wrong: update_ok has the last word on this batch
-        if self.telemetry is not None:
-            self.telemetry.recorder.record_dropped("nonfinite", rollout.env_steps)
         return self._note(where, rollout)
 
     def update_ok(self, stats: dict, rollout) -> bool:

@@ -12,20 +12,32 @@ def _fmt(x: float | None, spec: str = ".3g") -> str:
 
 
 class ProgressLine:
-    """Redraws one status line in place on a terminal; prints a plain line now and then otherwise."""
+    """Redraws one status line in place on a terminal; prints a plain line now and then otherwise.
 
-    def __init__(self, total_steps: int, enabled: bool = True, stream=None):
+    The run asks `due()` after every learner update (a clock read) and calls
+    `update` when it says so: at most once per `interval` seconds, and on a
+    stream that is not a terminal a plain line every 5 s.
+    """
+
+    def __init__(self, total_steps: int, enabled: bool = True, stream=None, interval: float = 0.5):
         self.total = total_steps
         self.stream = stream or sys.stderr
         self.enabled = enabled
+        self.interval = interval
         self.tty = self.stream.isatty()
         self.start = time.perf_counter()
+        self.last_draw = -1e9
         self.last_plain = 0.0
 
-    def update(self, env_steps: int, steps_per_s: float, mean_return: float | None, diag: dict) -> None:
+    def due(self) -> bool:
+        return self.enabled and time.perf_counter() - self.last_draw >= self.interval
+
+    def update(self, env_steps: int, steps_per_s: float, mean_return: float | None, diag: dict,
+               age: int = 0) -> None:
+        """Draw the line: steps, throughput, mean return, a few learner statistics from `diag`, network age."""
         if not self.enabled:
             return
-        now = time.perf_counter()
+        now = self.last_draw = time.perf_counter()
         frac = min(1.0, env_steps / self.total)
         width = 24
         bar = "#" * int(frac * width) + "." * (width - int(frac * width))
@@ -33,7 +45,7 @@ class ProgressLine:
         line = (f"[{bar}] {frac:4.0%} {env_steps:,}/{self.total:,} steps  {steps_per_s:,.0f} steps/s  "
                 f"return {_fmt(mean_return, '.1f')}  ent {_fmt(diag.get('relative_entropy'), '.2f')}  "
                 f"kl {_fmt(diag.get('kl'), '.1e')}  resvar {_fmt(diag.get('residual_variance'), '.2f')}  "
-                f"age {int(diag.get('age', 0))}  eta {_fmt(eta, '.0f')}s")
+                f"age {age}  eta {_fmt(eta, '.0f')}s")
         if self.tty:
             self.stream.write("\r" + line[: 200] + "\x1b[K")
             self.stream.flush()

@@ -1,4 +1,8 @@
-"""A process's telemetry endpoint: registry, /metrics server and file_sd discovery file."""
+"""A process's telemetry endpoint: registry, /metrics server and file_sd discovery file.
+
+`start_telemetry` is how a process gets its telemetry: a served
+`ProcessTelemetry`, or the no-op one at verbosity `off`.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from .collectors import CatalogueCollector, SystemCollector
+from .interface import NULL_TELEMETRY, RecorderTelemetry
 from .recorder import Recorder
 from .server import MetricsServer, start_metrics_server  # noqa: F401  (re-exported)
 
@@ -23,16 +28,16 @@ def build_registry(recorder: Recorder, extra_labels: dict[str, str] | None = Non
     return registry
 
 
-class ProcessTelemetry:
-    """Recorder + HTTP endpoint + discovery file for one process.
+class ProcessTelemetry(RecorderTelemetry):
+    """The telemetry interface over a Recorder, served on /metrics, with a file_sd discovery file.
 
-    The HTTP server runs in its own daemon thread (prometheus_client's threaded
-    server), so scrapes never run inside the training loop.
+    The HTTP server runs in its own daemon thread, so scrapes never run inside
+    the training loop.
     """
 
     def __init__(self, recorder: Recorder, registry: CollectorRegistry, server, thread, url: str,
                  target_file: Path | None):
-        self.recorder = recorder
+        super().__init__(recorder)
         self.registry = registry
         self._server, self._thread = server, thread
         self.url = url
@@ -43,15 +48,13 @@ class ProcessTelemetry:
     def start(cls, component: str, verbosity: str, host: str = "127.0.0.1", port: int = 0,
               discovery_dir: str | None = None, run_info: dict | None = None,
               extra_labels: dict[str, str] | None = None, target_labels: dict[str, str] | None = None,
-              restore=None) -> "ProcessTelemetry":
-        """Start serving. `restore(telemetry)` runs before the first scrape can be answered."""
+              state: dict | None = None) -> ProcessTelemetry:
+        """Start serving. `state` (of an earlier `state()`) is loaded before the first scrape can be answered."""
         recorder = Recorder(verbosity, component)
         recorder.set_info(**(run_info or {}))
         registry = build_registry(recorder, extra_labels)
-        if restore is not None:
-            from types import SimpleNamespace
-
-            restore(SimpleNamespace(recorder=recorder))
+        if state:
+            recorder.load_state(state)
         server, thread = start_metrics_server(host, port, registry)
         bound = server.server_address[1]
         shown = host if host not in ("0.0.0.0", "::") else socket.gethostname()
@@ -67,21 +70,6 @@ class ProcessTelemetry:
         atexit.register(telemetry.stop)
         return telemetry
 
-    # The run loops talk to the recorder through these.
-    @property
-    def wants_value_trace(self) -> bool:
-        return self.recorder.wants_value_trace
-
-    @property
-    def wants_debug(self) -> bool:
-        return self.recorder.wants_debug
-
-    def record_rollout(self, rollout) -> None:
-        self.recorder.record_rollout(rollout)
-
-    def record_learn(self, stats: dict) -> None:
-        self.recorder.record_learn(stats)
-
     def stop(self) -> None:
         if self._server is not None:
             self._server.shutdown()
@@ -93,6 +81,13 @@ class ProcessTelemetry:
             except FileNotFoundError:
                 pass
             self.target_file = None
+
+
+def start_telemetry(component: str, verbosity: str, **kwargs):
+    """ProcessTelemetry.start at any level but `off`, where it is the no-op telemetry (nothing served)."""
+    if verbosity == "off":
+        return NULL_TELEMETRY
+    return ProcessTelemetry.start(component, verbosity, **kwargs)
 
 
 def write_target(directory: str, name: str, address: str, labels: dict[str, str]) -> Path:

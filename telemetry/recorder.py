@@ -3,10 +3,20 @@
 The loop calls `record_*` once per rollout or batch with host values it
 already has; each call is a few dict writes under a lock. Prometheus objects
 are only built when someone scrapes, in the HTTP server's thread.
+
+A metric name that is not in the catalogue, or a label value outside a
+metric's declared set, is a bug in the caller (a typo would otherwise export
+nothing, silently). Under pytest, or with RLVITALS_STRICT_METRICS=1, it
+raises UnknownMetricError; in production runs it is logged once per name
+and dropped, so a week-long run does not die over a metric it cannot
+export. A catalogued metric that is merely not exported at this level or
+by this component is dropped without a word: that is what levels are for.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 from collections import deque
 from itertools import product
@@ -14,6 +24,8 @@ from itertools import product
 import numpy as np
 
 from .catalogue import BY_NAME, METRICS, Metric
+
+log = logging.getLogger("rlvitals.telemetry")
 
 COMPONENTS = {
     "local": {"run", "learner", "actor", "queue", "process", "node", "gpu"},
@@ -46,15 +58,29 @@ def _label_sets(metric: Metric, source: str):
         return [((), source)]
     names = metric.labels
     combos = product(*(metric.label_values[n] for n in names))
-    return [(c, source.format(**dict(zip(names, c)))) for c in combos]
+    return [(c, source.format(**dict(zip(names, c, strict=True)))) for c in combos]
+
+
+class UnknownMetricError(ValueError):
+    """A recorder call named a metric, or a label value, that the catalogue does not have."""
+
+
+def strict_by_default() -> bool:
+    """Strict checks in tests (pytest sets PYTEST_CURRENT_TEST, inherited by the runs it starts)."""
+    flag = os.environ.get("RLVITALS_STRICT_METRICS", "").strip().lower()
+    if flag:
+        return flag not in ("0", "false", "no", "off")
+    return "PYTEST_CURRENT_TEST" in os.environ
 
 
 class Recorder:
     """All metric values of one process, keyed by (metric name, label values)."""
 
-    def __init__(self, level: str, component: str = "local", window: int = 100):
+    def __init__(self, level: str, component: str = "local", window: int = 100, strict: bool | None = None):
         self.level = level
         self.component = component
+        self.strict = strict_by_default() if strict is None else strict
+        self._reported: set[str] = set()
         self.lock = threading.Lock()
         self.values: dict[tuple[str, tuple], float] = {}
         self.histograms: dict[str, Histogram] = {}
@@ -89,13 +115,38 @@ class Recorder:
 
     # ------------------------------------------------------------- writers
     def _inc(self, name: str, amount: float, labels: tuple = ()) -> None:
-        if name in self.enabled:
-            key = (name, labels)
-            self.values[key] = self.values.get(key, 0.0) + amount
+        key = (name, labels)
+        if key in self.values:  # the common case: a series seen before
+            self.values[key] += amount
+        elif self._accepts(name, labels):
+            self.values[key] = amount
 
     def _set(self, name: str, value: float, labels: tuple = ()) -> None:
-        if name in self.enabled and value == value:  # NaN: undefined this batch, keep the last value
-            self.values[(name, labels)] = float(value)
+        key = (name, labels)
+        if value == value and (key in self.values or self._accepts(name, labels)):  # NaN: keep the last value
+            self.values[key] = float(value)
+
+    def _accepts(self, name: str, labels: tuple) -> bool:
+        """A new series: True if exported here; False if not at this level or component; bad names refused."""
+        metric = BY_NAME.get(name)
+        problem = ""
+        if metric is None:
+            problem = f"metric {name!r} is not in the catalogue"
+        elif len(labels) != len(metric.labels):
+            problem = f"metric {name!r} takes labels {metric.labels}, got values {labels}"
+        else:
+            for label, value in zip(metric.labels, labels, strict=True):
+                allowed = metric.label_values.get(label)
+                if allowed is not None and value not in allowed:
+                    problem = f"metric {name!r}: {label}={value!r} is not one of {allowed}"
+        if problem:
+            if self.strict:
+                raise UnknownMetricError(problem)
+            if problem not in self._reported:
+                self._reported.add(problem)
+                log.warning("not recorded: %s", problem)
+            return False
+        return name in self.enabled
 
     def set_info(self, **labels: str) -> None:
         self.info = {k: str(v) for k, v in labels.items()}
@@ -190,20 +241,37 @@ class Recorder:
             self._inc("rlvitals_weight_publishes_total", 1.0)
             self._inc("rlvitals_weight_publish_bytes_total", num_bytes)
 
-    def record_restart(self) -> None:
+    def record_restarts(self, count: int = 1) -> None:
         with self.lock:
-            self._inc("rlvitals_actor_restarts_total", 1.0)
+            self._inc("rlvitals_actor_restarts_total", float(count))
 
     def record_phase(self, phase: str, seconds: float) -> None:
         with self.lock:
             self._inc("rlvitals_learner_phase_seconds_total", seconds, (phase,))
-
-    def record_age(self, age: int) -> None:
-        with self.lock:
-            self._set("rlvitals_learner_network_age", age)
 
     # ------------------------------------------------------------- readers
     def snapshot(self):
         with self.lock:
             hist = {k: (h.bounds.copy(), h.counts.copy(), h.sum) for k, h in self.histograms.items()}
             return dict(self.values), hist, dict(self.info)
+
+    # ------------------------------------------------------------- checkpoints
+    def state(self) -> dict:
+        """What a resumed run needs to go on where this one is: every counter, and the intensity totals.
+
+        Plain data only ([name, [label values], value] triples and floats), so it fits a
+        `weights_only` checkpoint.
+        """
+        with self.lock:
+            counters = [[name, list(labels), value] for (name, labels), value in self.values.items()
+                        if BY_NAME[name].kind == "counter"]
+            return {"counters": counters, "collected": self.collected, "learned": self.learned}
+
+    def load_state(self, state: dict) -> None:
+        """Counters continue from `state` (of `state()`); counters this process does not export are skipped."""
+        with self.lock:
+            for name, labels, value in state.get("counters", ()):
+                if name in self.enabled:
+                    self.values[(name, tuple(labels))] = float(value)
+            self.collected = float(state.get("collected", self.collected))
+            self.learned = float(state.get("learned", self.learned))

@@ -1,10 +1,11 @@
-"""Telemetry: the catalogue's rules, the recorder and collectors, the values the learner reports,
-and real runs scraped over HTTP by us, by promtool and by a real Prometheus.
+"""Telemetry: the catalogue's rules, the recorder and collectors, the telemetry interface, and real
+runs scraped over HTTP by us, by promtool and by a real Prometheus. (That the learner's statistics
+have the right values is tested in test_diagnostics.py.)
 
 Layout:
   1. catalogue rules                     (pure data)
   2. recorder + collectors               (fresh registry per test, hand-built inputs)
-  3. values are right                    (the real learner on probe envs)
+  3. the telemetry interface             (no-op, recorder-backed and served implementations)
   4. live runs scraped over HTTP         (`rlvitals train` subprocesses, promtool)
   5. a real Prometheus scrapes a run     (the `prometheus` fixture from conftest.py)
   6. series per process                  (against the budget documented in telemetry/reference.py)
@@ -12,7 +13,6 @@ Layout:
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import json
 import math
@@ -37,17 +37,23 @@ from prometheus_client.parser import text_string_to_metric_families
 from conftest import free_port, http_get
 from rlvitals.actors.rollout import EpisodeStats, Rollout
 from rlvitals.actors.runner import EnvRunner
-from rlvitals.archive import RunArchive
 from rlvitals.config import TrainConfig
-from rlvitals.doctor import probe_config
-from rlvitals.learner.networks import ActorCritic, Categorical, DiagGaussian
-from rlvitals.learner.ppo import PPOLearner
+from rlvitals.learner.networks import ActorCritic
 from rlvitals.telemetry import reference
-from rlvitals.telemetry.catalogue import (BY_NAME, KINDS, LEVELS, METRICS, STALENESS_BUCKETS, Metric,
-                                          exposed_names, metrics_at)
-from rlvitals.telemetry.process import build_registry
-from rlvitals.telemetry.recorder import COMPONENTS, Recorder
-from rlvitals.training import make_learner, make_network, ppo_settings, seed_everything, train_local
+from rlvitals.telemetry.catalogue import (
+    BY_NAME,
+    KINDS,
+    LEVELS,
+    METRICS,
+    STALENESS_BUCKETS,
+    Metric,
+    exposed_names,
+    metrics_at,
+)
+from rlvitals.telemetry.interface import NULL_TELEMETRY, NullTelemetry, RecorderTelemetry, Telemetry
+from rlvitals.telemetry.process import ProcessTelemetry, build_registry, start_telemetry
+from rlvitals.telemetry.recorder import COMPONENTS, Recorder, UnknownMetricError
+from rlvitals.training import make_learner, make_network, seed_everything
 
 CPU = torch.device("cpu")
 LIVE_LEVELS = ("minimal", "standard", "debug")
@@ -92,9 +98,9 @@ class TerminalRewardEnv(gym.Env):
         return self._obs(), reward, terminated, False, info
 
 
-if "%s" not in gym.registry:
-    gym.register("%s", entry_point=TerminalRewardEnv, disable_env_checker=True)
-''' % (TEST_ENV_ID, TEST_ENV_ID)
+if "{env_id}" not in gym.registry:
+    gym.register("{env_id}", entry_point=TerminalRewardEnv, disable_env_checker=True)
+'''.replace("{env_id}", TEST_ENV_ID)
 
 
 @pytest.fixture(scope="session")
@@ -116,7 +122,8 @@ def label_sets(metric: Metric):
     if not metric.labels:
         return [({}, metric.source)]
     combos = product(*(metric.label_values[n] for n in metric.labels))
-    return [(dict(zip(metric.labels, c)), metric.source.format(**dict(zip(metric.labels, c)))) for c in combos]
+    return [(dict(zip(metric.labels, c, strict=True)), metric.source.format(**dict(zip(metric.labels, c, strict=True))))
+            for c in combos]
 
 
 def sourced(component: str, kinds=("gauge", "counter")) -> list[Metric]:
@@ -190,30 +197,6 @@ def metric_of(sample: str) -> Metric:
 
 def non_hardware_lines(text: str) -> list[str]:
     return [line for line in sample_lines(text) if not metric_of(sample_name(line)).hardware]
-
-
-class CapturingTelemetry:
-    """What train_local needs of a telemetry object, over a real Recorder; keeps every stats dict."""
-
-    def __init__(self, level: str = "standard"):
-        self.recorder = Recorder(level, "local")
-        self.registry = build_registry(self.recorder)
-        self.stats: list[dict] = []
-
-    @property
-    def wants_debug(self):
-        return self.recorder.wants_debug
-
-    @property
-    def wants_value_trace(self):
-        return self.recorder.wants_value_trace
-
-    def record_rollout(self, rollout):
-        self.recorder.record_rollout(rollout)
-
-    def record_learn(self, stats):
-        self.stats.append(dict(stats))
-        self.recorder.record_learn(stats)
 
 
 def layer_counts(net: torch.nn.Module) -> dict[str, int]:
@@ -545,180 +528,13 @@ def test_exposed_names_match_the_exposition():
             assert set(exposed_names(m)) <= names, m.name
 
 
-# ======================================================================
-# 3. Values are right (the real learner)
-# ======================================================================
-def probe_learner(env_id: str, seed: int = 0, **settings):
-    """(runner, net, learner) for a probe env with the doctor's settings; CPU, one thread."""
-    cfg = probe_config(env_id, seed, "unused")
-    seed_everything(seed, 1)
-    runner = EnvRunner(env_id, cfg.num_envs, seed)
-    net = make_network(cfg, runner.obs_space, runner.action_space)
-    learner = PPOLearner(net, dataclasses.replace(ppo_settings(cfg), **settings), CPU, seed)
-    return cfg, runner, net, learner
-
-
-def learn_one_batch(env_id: str, set_weights) -> dict:
-    """Stats of one learner update on a probe, after `set_weights(net)` under no_grad."""
-    cfg, runner, net, learner = probe_learner(env_id)
-    with torch.no_grad():
-        set_weights(net)
-    try:
-        return learner.learn(runner.collect(net, cfg.rollout_length))
-    finally:
-        runner.close()
-
-
-def _zero(layer) -> None:
-    layer.weight.zero_()
-    layer.bias.zero_()
-
-
-def test_relative_entropy_is_one_for_a_uniform_policy():
-    stats = learn_one_batch("rlvitals/Probe4-v0", lambda net: _zero(net.policy_out))
-    assert stats["relative_entropy"] == pytest.approx(1.0, abs=1e-6)
-    # A confident policy is far from 1.
-    stats = learn_one_batch("rlvitals/Probe4-v0", lambda net: net.policy_out.bias.copy_(torch.tensor([0.0, 8.0])))
-    assert 0 < stats["relative_entropy"] < 0.01
-
-
-def test_kl_is_zero_when_behaviour_and_learner_params_are_identical():
-    # One epoch, one minibatch: the KL is measured with the very parameters that acted.
-    # Probe 5's observations are +1/-1, so the policy differs between them.
-    cfg, runner, net, learner = probe_learner("rlvitals/Probe5-v0", update_epochs=1, num_minibatches=1)
-    with torch.no_grad():
-        net.policy_out.weight.mul_(100.0)  # a far from uniform policy, so KL could be large
-        net.policy_out.bias.copy_(torch.tensor([0.5, -0.5]))
-    try:
-        rollout = runner.collect(net, cfg.rollout_length)
-        assert rollout.behaviour_params.std() > 0
-        stats = learner.learn(rollout)
-        assert stats["kl"] == pytest.approx(0.0, abs=1e-6)
-        assert stats["kl"] >= 0
-        # Learning on stale experience: several epochs after the behaviour policy, KL is positive.
-        learner.s.update_epochs, learner.s.num_minibatches = 4, 4
-        learner.set_learning_rate(0.05)
-        stats = learner.learn(runner.collect(net, cfg.rollout_length))
-        assert stats["kl"] > 1e-4
-    finally:
-        runner.close()
-
-
-def test_kl_is_exact_and_never_negative():
-    g = torch.Generator().manual_seed(0)
-    cat = Categorical(5)
-    p = torch.randn(2000, 5, generator=g) * 3
-    q = torch.randn(2000, 5, generator=g) * 3
-    near = p + 1e-7 * torch.randn(2000, 5, generator=g)
-    assert (cat.kl(p, p) == 0).all()
-    for other in (q, near):
-        kl = cat.kl(p, other)
-        assert (kl >= 0).all()
-        ref = torch.distributions.kl_divergence(torch.distributions.Categorical(logits=p),
-                                                torch.distributions.Categorical(logits=other))
-        torch.testing.assert_close(kl, ref.clamp_min(0), atol=1e-5, rtol=1e-4)
-    import gymnasium as gym
-
-    gauss = DiagGaussian(gym.spaces.Box(-1.0, 1.0, shape=(3,)))
-    p = torch.randn(2000, 6, generator=g)
-    q = torch.randn(2000, 6, generator=g)
-    near = p + 1e-7 * torch.randn(2000, 6, generator=g)
-    assert (gauss.kl(p, p) == 0).all()
-    for other in (q, near):
-        kl = gauss.kl(p, other)
-        assert (kl >= 0).all()
-        dist = lambda x: torch.distributions.Independent(  # noqa: E731
-            torch.distributions.Normal(x[:, :3], x[:, 3:].exp()), 1)
-        ref = torch.distributions.kl_divergence(dist(p), dist(other))
-        torch.testing.assert_close(kl, ref.clamp_min(0), atol=1e-5, rtol=1e-4)
-
-
-def test_residual_variance_is_one_for_a_value_net_that_explains_nothing():
-    # Probe 3's targets are +1/-1: varied. A value head that outputs 0 explains none of it.
-    stats = learn_one_batch("rlvitals/Probe3-v0", lambda net: _zero(net.value_out))
-    assert stats["residual_variance"] == pytest.approx(1.0, abs=1e-6)
-    # An untrained, randomly initialised net on CartPole's varied returns: near 1 as well.
-    cfg = TrainConfig(env="CartPole-v1", progress=False).validate()
-    seed_everything(0, 1)
-    runner = EnvRunner(cfg.env, cfg.num_envs, 0)
-    net = make_network(cfg, runner.obs_space, runner.action_space)
-    try:
-        stats = make_learner(cfg, net, CPU).learn(runner.collect(net, cfg.rollout_length))
-    finally:
-        runner.close()
-    assert stats["residual_variance"] == pytest.approx(1.0, abs=0.05)
-
-
-def train_probe(env_id: str, tmp_path: Path, **overrides) -> tuple[CapturingTelemetry, ActorCritic]:
-    """A synchronous local run on a probe (doctor settings) recording through a real Recorder."""
-    cfg = dataclasses.replace(probe_config(env_id, 0, str(tmp_path / env_id.replace("/", "-"))),
-                              device="cpu", **overrides)
-    telemetry = CapturingTelemetry("standard")
-    archive = RunArchive.create(cfg.run_dir, cfg.to_dict(), ["test"])
-    try:
-        train_local(cfg, archive, telemetry)
-    finally:
-        archive.close()
-    return telemetry, cfg
-
-
-def test_probe3_run_learns_its_value_and_is_never_stale(tmp_path):
-    telemetry, cfg = train_probe("rlvitals/Probe3-v0", tmp_path)
-    stats = telemetry.stats
-    assert len(stats) > 10
-    # Synchronous local mode: every batch is learned by the network that collected it.
-    assert [s["staleness"] for s in stats] == [0.0] * len(stats)
-    get = telemetry.registry.get_sample_value
-    total = sum(s["samples"] for s in stats)
-    name = "rlvitals_learner_sample_staleness_steps"
-    assert get(f"{name}_bucket", {"le": "0.0"}) == get(f"{name}_count") == total
-    assert get(f"{name}_sum") == 0
-    # The value of obs +1/-1 is +1/-1: learned, the value net explains the targets.
-    assert stats[-1]["residual_variance"] < 0.01
-    assert get("rlvitals_learner_residual_variance_ratio") == pytest.approx(stats[-1]["residual_variance"])
-    assert stats[0]["residual_variance"] > stats[-1]["residual_variance"]
-    assert get("rlvitals_learner_training_intensity") == cfg.update_epochs
-
-
-def test_probe1_residual_variance_is_undefined_but_its_value_is_learned(tmp_path):
-    # Probe 1's value targets are all exactly 1: Var(targets) = 0, so the ratio is undefined
-    # (NaN in the stats, no sample on /metrics) however well V = 1 is learned.
-    telemetry, _ = train_probe("rlvitals/Probe1-v0", tmp_path, total_env_steps=6000)
-    stats = telemetry.stats
-    assert all(math.isnan(s["residual_variance"]) for s in stats)
-    assert telemetry.registry.get_sample_value("rlvitals_learner_residual_variance_ratio") is None
-    assert stats[-1]["value_mean"] == pytest.approx(1.0, abs=0.05)
-    assert stats[-1]["target_std"] == pytest.approx(0.0, abs=1e-6)
-    assert all(s["staleness"] == 0.0 for s in stats)
-
-
-def test_step_statistics_match_a_parameter_diff_by_hand():
-    cfg = TrainConfig(env="CartPole-v1", progress=False).validate()
-    seed_everything(0, 1)
-    runner = EnvRunner(cfg.env, cfg.num_envs, 0)
-    net = make_network(cfg, runner.obs_space, runner.action_space)
-    learner = make_learner(cfg, net, CPU)
-    try:
-        for _ in range(2):
-            rollout = runner.collect(net, cfg.rollout_length)
-            before = torch.cat([p.detach().reshape(-1).clone() for p in net.parameters()])
-            stats = learner.learn(rollout)
-            after = torch.cat([p.detach().reshape(-1).clone() for p in net.parameters()])
-            delta = after.double() - before.double()
-            assert delta.abs().max() > 0
-            assert stats["step_absmax"] == pytest.approx(delta.abs().max().item(), rel=1e-6)
-            assert stats["step_meansq"] == pytest.approx(delta.pow(2).mean().item(), rel=1e-6)
-    finally:
-        runner.close()
-
-
 def test_learner_stats_provide_every_catalogue_source(test_env):
     _, env_spec = test_env
     cfg = TrainConfig(env=env_spec, progress=False).validate()
     seed_everything(0, 1)
     runner = EnvRunner(cfg.env, cfg.num_envs, 0)
     net = make_network(cfg, runner.obs_space, runner.action_space)
-    telemetry = CapturingTelemetry("debug")
+    telemetry = RecorderTelemetry(Recorder("debug", "local"))
     learner = make_learner(cfg, net, CPU, telemetry)
     try:
         stats = learner.learn(runner.collect(net, cfg.rollout_length))
@@ -741,6 +557,102 @@ def test_learner_stats_provide_every_catalogue_source(test_env):
     assert sum(k.startswith("layer_dead_ratio/") for k in stats) == scale["activation layer"]
     counts, _ = stats["target_hist"]
     assert sum(counts) == stats["samples"]
+
+
+# ======================================================================
+# 3. The telemetry interface
+# ======================================================================
+def test_every_implementation_offers_the_whole_interface():
+    served = ProcessTelemetry.start("local", "minimal")
+    try:
+        for telemetry in (NullTelemetry(), RecorderTelemetry(Recorder("standard")), served):
+            assert isinstance(telemetry, Telemetry), type(telemetry).__name__
+    finally:
+        served.stop()
+    assert start_telemetry("local", "off") is NULL_TELEMETRY
+
+
+def test_off_records_nothing_and_needs_no_checks():
+    telemetry = start_telemetry("learner", "off")
+    assert telemetry.url is None and not telemetry.wants_debug and not telemetry.wants_value_trace
+    telemetry.record_rollout(make_rollout())
+    telemetry.record_learn(fake_learner_stats())
+    telemetry.record_queue(1, 2)
+    telemetry.record_dropped("stale", 3)
+    telemetry.record_publish(10)
+    telemetry.record_restarts(1)
+    with telemetry.phase("wait"):
+        pass
+    assert telemetry.state() == {}
+    telemetry.load_state({"counters": [["rlvitals_learner_steps_total", [], 5.0]]})
+    telemetry.stop()
+
+
+def test_unknown_metric_names_and_label_values_fail_loudly():
+    recorder = Recorder("debug")
+    assert recorder.strict, "recorders are strict under pytest"
+    with pytest.raises(UnknownMetricError, match="rlvitals_learner_stepz_total"):
+        recorder._inc("rlvitals_learner_stepz_total", 1.0)
+    with pytest.raises(UnknownMetricError, match="phase='wiat'"):
+        recorder.record_phase("wiat", 1.0)
+    with pytest.raises(UnknownMetricError, match="reason='old'"):
+        RecorderTelemetry(recorder).record_dropped("old", 4)
+    # A catalogued metric this level does not export is not an error: it is simply not kept.
+    minimal, registry = registry_for("minimal")
+    minimal.record_phase("wait", 1.0)
+    assert registry.get_sample_value("rlvitals_learner_phase_seconds_total", {"phase": "wait"}) is None
+
+
+def test_outside_tests_an_unknown_name_is_logged_once_and_dropped(caplog):
+    recorder, registry = registry_for("standard")
+    recorder.strict = False
+    for _ in range(3):
+        recorder.record_phase("wiat", 1.0)
+        recorder.record_phase("wait", 1.0)
+    warnings = [r for r in caplog.records if "wiat" in r.getMessage()]
+    assert len(warnings) == 1
+    assert registry.get_sample_value("rlvitals_learner_phase_seconds_total", {"phase": "wait"}) == 3.0
+    assert registry.get_sample_value("rlvitals_learner_phase_seconds_total", {"phase": "wiat"}) is None
+
+
+def test_phase_times_its_block_even_when_it_raises():
+    recorder, registry = registry_for("standard")
+    telemetry = RecorderTelemetry(recorder)
+    with telemetry.phase("publish"):
+        time.sleep(0.02)
+    with pytest.raises(RuntimeError), telemetry.phase("publish"):
+        time.sleep(0.02)
+        raise RuntimeError("boom")
+    assert registry.get_sample_value("rlvitals_learner_phase_seconds_total", {"phase": "publish"}) >= 0.04
+
+
+def test_state_round_trips_counters_as_plain_data():
+    recorder, _ = registry_for("standard", "learner")
+    telemetry = RecorderTelemetry(recorder)
+    telemetry.record_learn(fake_learner_stats())
+    telemetry.record_dropped("stale", 32)
+    telemetry.record_publish(1000)
+    telemetry.record_restarts(2)
+    state = json.loads(json.dumps(telemetry.state()))  # plain data: fits a weights_only checkpoint
+    fresh, registry = registry_for("standard", "learner")
+    RecorderTelemetry(fresh).load_state(state)
+    get = registry.get_sample_value
+    assert get("rlvitals_samples_dropped_total", {"reason": "stale"}) == 32
+    assert get("rlvitals_actor_restarts_total") == 2
+    assert get("rlvitals_weight_publish_bytes_total") == 1000
+    assert get("rlvitals_learner_samples_learned_total") == fake_learner_stats()["samples_learned"]
+    assert get("rlvitals_learner_kl_divergence_nats") is None, "gauges are measured afresh, not restored"
+    assert (fresh.collected, fresh.learned) == (recorder.collected, recorder.learned)
+
+
+def test_a_served_endpoint_answers_with_restored_counters_from_its_first_scrape():
+    state = {"counters": [["rlvitals_learner_steps_total", [], 1234.0]], "collected": 10.0, "learned": 40.0}
+    telemetry = ProcessTelemetry.start("local", "minimal", state=state)
+    try:
+        status, body = http_get(telemetry.url)
+        assert status == 200 and b"rlvitals_learner_steps_total 1234.0" in body
+    finally:
+        telemetry.stop()
 
 
 # ======================================================================
@@ -1007,7 +919,8 @@ def test_learner_and_local_series_per_level(level, test_env):
     seed_everything(0, 1)
     runner = EnvRunner(cfg.env, cfg.num_envs, 0)
     net = make_network(cfg, runner.obs_space, runner.action_space)
-    local = CapturingTelemetry(level)
+    local_recorder, local_registry = registry_for(level, "local")
+    local = RecorderTelemetry(local_recorder)
     learner_recorder, learner_registry = registry_for(level, "learner")
     learner = make_learner(cfg, net, CPU, local)
     try:
@@ -1017,11 +930,12 @@ def test_learner_and_local_series_per_level(level, test_env):
     finally:
         runner.close()
     scale = {**layer_counts(net), "rollout step": cfg.rollout_length}
-    for recorder, registry, component in ((local.recorder, local.registry, "local"),
+    for recorder, registry, component in ((local_recorder, local_registry, "local"),
                                           (learner_recorder, learner_registry, "learner")):
+        telemetry = RecorderTelemetry(recorder)
         recorder.set_info(run_id="abc", env=env_spec, algorithm="ppo", mode="local", code_version="x")
-        recorder.record_learn(stats)
-        recorder.record_queue(0, 1)
+        telemetry.record_learn(stats)
+        telemetry.record_queue(0, 1)
         lines = non_hardware_lines(generate_latest(registry).decode())
         assert len(lines) == expected_series(component, level, scale), (component, level)
         assert reference.process_series(component, level)[0] == reference.DOCUMENTED_SERIES[component][level]

@@ -1,0 +1,140 @@
+"""How rollouts arrive in Ray mode (in lockstep, or whichever is first), and `train_ray`.
+
+Both sources hand each batch to the shared `Run.learn_step`; they differ from
+local mode, and from each other, only in where the batch comes from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rlvitals.actors.rollout import Rollout
+
+from ..archive import RunArchive
+from ..config import TrainConfig
+from ..parts import env_spaces, seed_everything
+from ..rows import RowObserver
+from ..run import Run, run_info
+from .connect import start_ray, stop_ray
+from .fleet import Fleet
+
+
+class SyncRollouts:
+    """Every round, all actors act with the newest weights; the learner waits for every one of them."""
+
+    def __init__(self, run: Run, fleet: Fleet):
+        self.run, self.fleet, self.ray = run, fleet, fleet.ray
+
+    def next(self) -> Rollout:
+        run, fleet, ray = self.run, self.fleet, self.ray
+        weights, version = fleet.publish(run.net)
+        with run.telemetry.phase("wait"):
+            refs = dict(fleet.submit(i, weights, version) for i in range(fleet.num_actors))
+            rollouts: dict[int, Rollout] = {}
+            while refs:
+                ready, _ = ray.wait(list(refs), num_returns=1)
+                task = refs.pop(ready[0])
+                try:
+                    rollouts[task[0]] = ray.get(ready[0])
+                except ray.exceptions.RayError as exc:
+                    fleet.actor_failed(task, exc)
+                    fleet.wait_until_back(task[0])
+                    ref, task = fleet.submit(task[0], weights, version)
+                    refs[ref] = task
+        run.queue(0, fleet.num_actors)
+        return Rollout.concat([rollouts[i] for i in sorted(rollouts)])
+
+    def drain(self) -> None:
+        pass  # every round is taken whole
+
+    def summary(self) -> dict:
+        return _summary(self.run.cfg, self.fleet)
+
+
+class AsyncRollouts:
+    """Learn from whichever rollout arrives first; keep every actor `rollouts_in_flight` requests ahead.
+
+    The actor whose rollout is being learned from gets its next request, with the
+    weights that learning produced, when the learner asks for the next batch.
+    Rollouts more than `max_staleness` learner steps old are dropped (counted).
+    """
+
+    def __init__(self, run: Run, fleet: Fleet):
+        self.run, self.fleet, self.ray = run, fleet, fleet.ray
+        self.per_actor = run.cfg.rollouts_in_flight
+        self.capacity = fleet.num_actors * self.per_actor
+        self.weights, self.version = fleet.publish(run.net)
+        self.in_flight: dict = {}
+        """object ref of a requested rollout -> task (actor index, generation)."""
+        self.owed: int | None = None
+        for _ in range(self.per_actor):
+            for i in range(fleet.num_actors):
+                self._submit(i)
+
+    def _submit(self, i: int) -> None:
+        ref, task = self.fleet.submit(i, self.weights, self.version)
+        self.in_flight[ref] = task
+
+    def next(self) -> Rollout:
+        run, fleet, ray = self.run, self.fleet, self.ray
+        if self.owed is not None:
+            if run.learner is not None:
+                self.weights, self.version = fleet.publish(run.net)
+            self._submit(self.owed)
+            self.owed = None
+        while True:
+            with run.telemetry.phase("wait"):
+                ready, _ = ray.wait(list(self.in_flight) + list(fleet.pending_endpoints), num_returns=1)
+                ref = ready[0]
+                if ref in fleet.pending_endpoints:
+                    back = fleet.endpoint_answered(ref)
+                    for _ in range(self.per_actor if back is not None else 0):
+                        self._submit(back)
+                    continue
+                task = self.in_flight.pop(ref)
+                try:
+                    rollout = ray.get(ref)
+                except ray.exceptions.RayError as exc:
+                    fleet.actor_failed(task, exc)  # resubmitted once its endpoint answers
+                    continue
+            done_now = ray.wait(list(self.in_flight), num_returns=len(self.in_flight), timeout=0)[0] \
+                if self.in_flight else []
+            run.queue(len(done_now), self.capacity)
+            if run.net.age - rollout.policy_age > run.cfg.max_staleness:
+                run.drop("stale", rollout.env_steps)
+                self._submit(task[0])
+                continue
+            self.owed = task[0]
+            return rollout
+
+    def drain(self) -> None:
+        """Rollouts that actors finished but the learner never took: counted, not silently lost."""
+        for samples in self.fleet.finished_samples(list(self.in_flight)):
+            self.run.left_in_flight(samples)
+
+    def summary(self) -> dict:
+        return _summary(self.run.cfg, self.fleet)
+
+
+def _summary(cfg: TrainConfig, fleet: Fleet) -> dict:
+    return {"mode": "ray", "num_actors": fleet.num_actors, "sync": cfg.sync, "actor_restarts": fleet.count_restarts()}
+
+
+def train_ray(cfg: TrainConfig, archive: RunArchive, telemetry=None, stop=None, resume: dict | None = None,
+              observers: Iterable[RowObserver] = ()) -> dict:
+    """The run on a Ray cluster (joined, or started privately and stopped at the end); the run summary.
+
+    Arguments as for `rlvitals.training.train_local`.
+    """
+    start_ray(cfg)
+    fleet = None
+    try:
+        seed_everything(cfg.seed, cfg.torch_threads)
+        obs_space, action_space = env_spaces(cfg)
+        run = Run.build(cfg, archive, obs_space, action_space, telemetry, stop, resume, observers)
+        fleet = Fleet(cfg, archive, run.telemetry, run_info(cfg, archive))
+        return run.drive(SyncRollouts(run, fleet) if cfg.sync else AsyncRollouts(run, fleet))
+    finally:
+        if fleet is not None:
+            fleet.shutdown()
+        stop_ray()

@@ -1,0 +1,117 @@
+"""The bodies of the Ray actors: rollout workers, the incarnation ledger, and one vitals sidecar per node.
+
+Each runs in a process Ray starts; whatever it needs comes in through its
+constructor arguments (a config dict, run labels), never from the driver's
+globals.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from rlvitals.actors.envs import env_seed
+from rlvitals.actors.rollout import Rollout
+from rlvitals.actors.runner import EnvStepError
+
+from ..config import TrainConfig
+from ..parts import atari_options, make_agent, make_network, seed_everything
+
+
+def seed_for_actor(seed: int, actor_id: int) -> int:
+    """Actor 0 samples with the same generator seed as local mode, so a 1-actor sync run replays it."""
+    return seed + 7919 * actor_id
+
+
+def endpoint_address(telemetry) -> str | None:
+    """host:port of a telemetry's /metrics (None when it serves nothing)."""
+    return telemetry.url.split("//", 1)[1].rsplit("/", 1)[0] if telemetry.url else None
+
+
+class RolloutWorker:
+    """Body of a Ray actor: an env runner plus a CPU copy of the network, and its own telemetry."""
+
+    def __init__(self, cfg_dict: dict, actor_id: int, run_info: dict, ledger=None):
+        import ray
+
+        if ledger is not None:  # first thing, so even an incarnation killed during start-up is counted
+            ray.get(ledger.started.remote(actor_id, os.getpid()))
+        from rlvitals.actors.runner import EnvRunner
+        from rlvitals.telemetry.process import start_telemetry
+
+        cfg = TrainConfig(**{**cfg_dict, "hidden_sizes": tuple(cfg_dict["hidden_sizes"])})
+        seed_everything(seed_for_actor(cfg.seed, actor_id), cfg.torch_threads)
+        self.cfg, self.actor_id = cfg, actor_id
+        # Native Atari envs run threads of their own: no more than the CPUs Ray reserved for us.
+        self.runner = EnvRunner(cfg.env, cfg.num_envs, env_seed(cfg.seed, actor_id), actor_id,
+                                atari_options=atari_options(cfg, threads=max(1, int(cfg.actor_cpus))))
+        self.net = make_network(cfg, self.runner.obs_space, self.runner.action_space)
+        self.net.seed(seed_for_actor(cfg.seed, actor_id))
+        self.agent = make_agent(cfg, self.runner, self.net)
+        self.version = -1
+        self.node_ip = ray.util.get_node_ip_address()
+        host = self.node_ip if cfg.metrics_host == "node" else cfg.metrics_host
+        extra = {"actor": str(actor_id)} if cfg.verbosity == "debug" else None
+        self.telemetry = start_telemetry("actor", cfg.verbosity, host=host, port=0, run_info=run_info,
+                                         extra_labels=extra)
+
+    def endpoint(self) -> dict:
+        return {"actor_id": self.actor_id, "address": endpoint_address(self.telemetry), "pid": os.getpid(),
+                "node": self.node_ip}
+
+    def collect(self, weights: list | None, version: int) -> Rollout:
+        import ray
+
+        t0 = time.perf_counter()
+        if weights and version != self.version:
+            self.net.load_state_dict(ray.get(weights[0]))
+            self.version = version
+        waited = time.perf_counter() - t0
+        try:
+            rollout = self.runner.collect(self.agent, self.cfg.rollout_length)
+        except EnvStepError as exc:
+            # The env's state cannot be trusted any more: say why, then die so Ray restarts us
+            # with fresh envs (the driver counts the restart).
+            print(f"rlvitals: actor {self.actor_id}: {exc}", file=sys.stderr, flush=True)
+            os._exit(3)
+        rollout.timings["weight_wait"] = waited  # part of the rollout's data, like env_step and inference
+        self.telemetry.record_rollout(rollout)
+        return rollout
+
+    def crash(self) -> None:
+        """For fault-injection tests: end this process as a kill -9 would."""
+        os._exit(1)
+
+
+class IncarnationLedger:
+    """Counts actor processes as they start: restarts = starts - actors.
+
+    Counting starts is exact where counting failures is not: one death fails
+    several tasks, and calls made during a restart can fail without a new death.
+    """
+
+    def __init__(self):
+        self.starts: dict[int, list[int]] = {}
+
+    def started(self, actor_id: int, pid: int) -> None:
+        self.starts.setdefault(actor_id, []).append(pid)
+
+    def restarts(self) -> int:
+        return sum(len(pids) - 1 for pids in self.starts.values())
+
+
+class NodeSidecar:
+    """One per node: exports the node's host and GPU vitals."""
+
+    def __init__(self, verbosity: str, metrics_host: str, run_info: dict):
+        import ray
+
+        from rlvitals.telemetry.process import ProcessTelemetry
+
+        self.node_ip = ray.util.get_node_ip_address()
+        host = self.node_ip if metrics_host == "node" else metrics_host
+        self.telemetry = ProcessTelemetry.start("node", verbosity, host=host, port=0, run_info=run_info)
+
+    def endpoint(self) -> dict:
+        return {"address": endpoint_address(self.telemetry), "node": self.node_ip, "pid": os.getpid()}

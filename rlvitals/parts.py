@@ -1,0 +1,96 @@
+"""Building the parts of a run from its config: device, seeds, network, agent, learner.
+
+Both run modes (and the Ray actor bodies, and `rlvitals eval`) build their
+parts through these functions, so a config means the same network and the
+same learner everywhere.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+
+from rlvitals.actors.agents import FixedActionAgent, RandomAgent
+from rlvitals.learner.networks import ActorCritic
+from rlvitals.learner.ppo import PPOLearner, PPOSettings
+
+from .config import TrainConfig
+
+
+def resolve_device(cfg: TrainConfig) -> torch.device:
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' is invalid: no CUDA GPU is visible; expected auto or cpu")
+    if cfg.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(cfg.device)
+
+
+def seed_everything(seed: int, threads: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    torch.set_num_threads(threads)
+
+
+def atari_options(cfg: TrainConfig, threads: int = 0):
+    """The Atari preprocessing choices of a config (ignored by non-Atari envs)."""
+    from rlvitals.actors.atari import AtariOptions
+
+    return AtariOptions(episodic_life=cfg.atari_episodic_life, reward_clipping=cfg.atari_reward_clipping,
+                        num_threads=threads)
+
+
+def env_spaces(cfg: TrainConfig):
+    """(observation space, action space) of one env of the config, from a throwaway vector env."""
+    from rlvitals.actors.envs import make_vector_env
+
+    env = make_vector_env(cfg.env, 1)
+    try:
+        return env.single_observation_space, env.single_action_space
+    finally:
+        env.close()
+
+
+def make_network(cfg: TrainConfig, obs_space, action_space) -> ActorCritic:
+    net = ActorCritic(obs_space, action_space, cfg.hidden_sizes, image_network=cfg.image_network)
+    net.seed(cfg.seed)
+    return net
+
+
+def make_agent(cfg: TrainConfig, runner, net: ActorCritic):
+    """The policy the actors act with: the network, or a probe agent."""
+    if cfg.agent == "random":
+        return RandomAgent(runner.action_space, cfg.seed)
+    if cfg.agent == "fixed":
+        return FixedActionAgent(runner.action_space, cfg.fixed_action)
+    return net
+
+
+def ppo_settings(cfg: TrainConfig) -> PPOSettings:
+    return PPOSettings(**{f: getattr(cfg, f) for f in PPOSettings.__dataclass_fields__})
+
+
+def make_learner(cfg: TrainConfig, net: ActorCritic, device: torch.device, telemetry=None) -> PPOLearner:
+    """The PPO learner; `telemetry` (anything with `wants_value_trace`/`wants_debug`) says what extra to compute."""
+    from rlvitals.telemetry.catalogue import SIGNED_BUCKETS
+
+    return PPOLearner(net, ppo_settings(cfg), device, cfg.seed,
+                      value_trace=bool(getattr(telemetry, "wants_value_trace", False)),
+                      debug=bool(getattr(telemetry, "wants_debug", False)), hist_bounds=SIGNED_BUCKETS)
+
+
+class DevicePolicy:
+    """Acts with a network that lives on another device (local mode with a GPU learner)."""
+
+    def __init__(self, net: ActorCritic, device: torch.device):
+        self.net, self.device = net, device
+
+    @property
+    def age(self) -> int:
+        return self.net.age
+
+    def act(self, obs):
+        actions, params, logp = self.net.act(obs.to(self.device, non_blocking=True))
+        return actions.cpu(), params.cpu(), logp.cpu()

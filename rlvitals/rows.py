@@ -1,0 +1,96 @@
+"""metrics.jsonl: when a row is written, what makes it valid, and who else sees it.
+
+Cadence (docs/architecture.md has the disk bound): a row after every update
+for the first `DENSE_UPDATES` updates; after that, a row every k updates,
+where k doubles each time the run's update count doubles (k = 2 for updates
+1,001-2,000, 4 up to 4,000, 8 up to 8,000, ...: 500 rows per doubling); and
+whatever the schedule says, a row at least every `FLOOR_SECONDS` of wall
+time, so a slow late phase still reports. The update-counted rows are the
+same in every repetition of a run; the time floor adds rows only after the
+dense phase. The last row of a run is always written, once.
+
+Observers: callables that receive each row (a dict, after it is on disk).
+At the end of a run, whatever its status, an observer's `close(run_dir)` is
+called if it has one. An observer that raises is a bug in the observer: under
+pytest (or RLVITALS_STRICT_METRICS=1) the error propagates; in production it
+is logged with its traceback and that observer is detached, and training goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from rlvitals.telemetry.recorder import strict_by_default
+
+log = logging.getLogger("rlvitals.rows")
+
+DENSE_UPDATES = 1000
+"""Updates at the start of a run that each get a row."""
+FLOOR_SECONDS = 60.0
+"""Longest wall time between two rows once the schedule thins them."""
+
+MEASURED_KEYS = ("wall_seconds", "rss_bytes")
+"""Row keys read from the machine (clock, memory): different in every repetition of a run."""
+
+RowObserver = Callable[[dict], None]
+
+
+def scheduled(updates: int, dense: int = DENSE_UPDATES) -> bool:
+    """Whether the update-counted schedule writes a row after update number `updates` (1-based)."""
+    if updates <= dense:
+        return True
+    every = 1 << ((updates - 1) // dense).bit_length()  # (dense*2^j, dense*2^(j+1)] -> 2^(j+1)
+    return updates % every == 0
+
+
+def clean_row(row: dict) -> dict:
+    """Only defined values: None and non-finite floats are left out, never written as 0."""
+    return {k: v for k, v in row.items()
+            if v is not None and not (isinstance(v, float) and not math.isfinite(v))}
+
+
+class RowWriter:
+    """Appends rows to the run archive on the cadence above and hands each to the observers."""
+
+    def __init__(self, archive, observers: Iterable[RowObserver] = (), dense: int = DENSE_UPDATES,
+                 floor_seconds: float = FLOOR_SECONDS, strict: bool | None = None):
+        self.archive = archive
+        self.observers = list(observers)
+        self.dense, self.floor_seconds = dense, floor_seconds
+        self.strict = strict_by_default() if strict is None else strict
+        self.last_updates: int | None = None
+        self.last_time = time.perf_counter()
+
+    def due(self, updates: int) -> bool:
+        return scheduled(updates, self.dense) or time.perf_counter() - self.last_time >= self.floor_seconds
+
+    def write(self, row: dict) -> dict:
+        row = clean_row(row)
+        self.archive.append_metrics(row)
+        self.last_updates = row.get("updates")
+        self.last_time = time.perf_counter()
+        for observer in list(self.observers):
+            if not self._call(observer, row):
+                self.observers.remove(observer)
+        return row
+
+    def close(self, run_dir: Path) -> None:
+        """Tell every observer the run has ended (its rows are all written)."""
+        for observer in self.observers:
+            close = getattr(observer, "close", None)
+            if callable(close):
+                self._call(close, Path(run_dir))
+
+    def _call(self, fn, arg) -> bool:
+        try:
+            fn(arg)
+            return True
+        except Exception:
+            if self.strict:
+                raise
+            log.exception("row observer %r failed; it is detached, training goes on", fn)
+            return False

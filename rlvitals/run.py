@@ -1,0 +1,244 @@
+"""The run context: every part of one training run, built once, and the one learn step both modes share.
+
+A `Run` holds the config, the archive, the telemetry, the network and its
+learner, the non-finite guard, the counters (`RunTracker`), the metrics rows
+and their observers, and the progress line. A run loop is `Run.drive(source)`:
+the source says how rollouts arrive (collected in this process, or from a
+fleet of Ray actors); everything that happens to a rollout once it has
+arrived is `Run.learn_step`, the same in every mode.
+
+A rollout source has three methods (whoever makes a source releases its envs or actors):
+  next()     -> Rollout   blocks until the next batch to learn from has arrived
+  drain()                 at a normal end: count what actors finished but nobody took
+  summary()  -> dict      mode-specific summary.json fields
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import psutil
+
+from rlvitals.telemetry.interface import or_null
+
+from .archive import RunArchive
+from .checkpoint import restore, save_checkpoint, telemetry_state
+from .config import TrainConfig
+from .guard import NonFiniteGuard
+from .parts import make_learner, make_network, resolve_device
+from .progress import ProgressLine
+from .rows import RowObserver, RowWriter
+from .tracker import RunTracker
+
+
+class Run:
+    """The parts of one run and what is done with each arriving rollout."""
+
+    def __init__(self, cfg: TrainConfig, archive: RunArchive, telemetry, net, learner, device, stop=None,
+                 observers: Iterable[RowObserver] = ()):
+        self.cfg, self.archive, self.device = cfg, archive, device
+        self.telemetry = or_null(telemetry)
+        self.net, self.learner = net, learner
+        self.stop = stop
+        self.tracker = RunTracker(cfg.total_env_steps, cfg.return_threshold)
+        self.guard = NonFiniteGuard(archive.path, cfg.max_nonfinite_batches)
+        self.rows = RowWriter(archive, observers)
+        self.progress = ProgressLine(cfg.total_env_steps, enabled=cfg.progress, interval=cfg.log_interval_seconds)
+        self.stats: dict = {}
+        """The last learn step's statistics ({} when it did not learn)."""
+        self.policy_age: int | None = None
+        """Network age that produced the last batch (the oldest of its rollouts)."""
+        self.staleness: int | None = None
+        """Learner steps between that network and the learner's when the batch arrived."""
+        self.queue_depth: int | None = None
+        self._process = psutil.Process(os.getpid())
+        steps_per_update = cfg.update_epochs * cfg.num_minibatches
+        self._checkpoint_every = max(1, cfg.checkpoint_interval // steps_per_update)
+
+    @classmethod
+    def build(cls, cfg: TrainConfig, archive: RunArchive, obs_space, action_space, telemetry=None, stop=None,
+              resume: dict | None = None, observers: Iterable[RowObserver] = ()) -> Run:
+        """Network, learner (PPO only) and counters; put back as `resume` (a checkpoint) has them.
+
+        The telemetry's own counters are not touched: whoever starts the telemetry
+        loads them (`start_run_telemetry`), before its endpoint first answers.
+        """
+        device = resolve_device(cfg)
+        net = make_network(cfg, obs_space, action_space)
+        learner = make_learner(cfg, net, device, telemetry) if cfg.agent == "ppo" else None
+        run = cls(cfg, archive, telemetry, net, learner, device, stop, observers)
+        if resume is not None and learner is not None:
+            restore(resume, net, learner, run.tracker)
+        return run
+
+    # ------------------------------------------------------------- the loop
+    def drive(self, source) -> dict:
+        """Learn from what `source` delivers until the run is done; the summary, however the run ends."""
+        try:
+            while not self.finished():
+                self.learn_step(source.next())
+            source.drain()
+        except BaseException as exc:  # Ctrl-C, a non-finite stop, an env error: keep what we had
+            self.finish(type(exc).__name__, source.summary())
+            raise
+        return self.finish("completed", source.summary())
+
+    def finished(self) -> bool:
+        return (self.tracker.done() or (self.stop is not None and self.stop())
+                or (self.cfg.stop_at_threshold and self.tracker.solved_after_s is not None))
+
+    def learn_step(self, rollout) -> dict:
+        """Everything that happens to a batch that arrived: count, check, learn, record, row, checkpoint."""
+        t, n = self.tracker, rollout.env_steps
+        t.produced += n
+        t.add_rollout(rollout)
+        self.policy_age = rollout.policy_age
+        self.staleness = self.net.age - rollout.policy_age
+        stats: dict = {}
+        if self.learner is None:
+            t.learned += n  # probe agents: consumed, nothing to learn
+        elif self._inputs_ok(rollout):
+            if self.cfg.anneal_lr:
+                frac = max(0.0, 1 - t.env_steps / self.cfg.total_env_steps)
+                self.learner.set_learning_rate(self.cfg.learning_rate * frac)
+            stats = self.learner.learn(rollout)
+            self.telemetry.record_learn(stats)  # counts a skipped update's samples as dropped itself
+            if stats["nonfinite"]:
+                t.dropped["nonfinite"] += n
+            else:
+                t.learned += n
+            self.guard.update_ok(stats, rollout)
+        self.stats = stats
+        t.updates += 1
+        if self.rows.due(t.updates):
+            self.rows.write(self.row())
+        if self.learner is not None and t.updates % self._checkpoint_every == 0:
+            self.save_checkpoint()
+        if self.progress.due():
+            self.progress.update(t.env_steps, t.env_steps / max(t.elapsed, 1e-9), t.mean_return(), stats,
+                                 self.net.age)
+        return stats
+
+    def _inputs_ok(self, rollout) -> bool:
+        ok = False
+        try:
+            ok = self.guard.inputs_ok(rollout)
+        finally:
+            if not ok:  # counted even when the guard stops the run on this batch
+                self.tracker.dropped["nonfinite"] += rollout.env_steps
+                self.telemetry.record_dropped("nonfinite", rollout.env_steps)
+        return ok
+
+    # ------------------------------------------------------------- what sources report
+    def queue(self, depth: int, capacity: int) -> None:
+        """Rollouts finished but not yet taken when a batch arrived, and how many may be."""
+        self.queue_depth = depth
+        self.telemetry.record_queue(depth, capacity)
+
+    def drop(self, reason: str, samples: int) -> None:
+        """A batch that arrived and is discarded before the learn step (`stale`)."""
+        self.tracker.produced += samples
+        self.tracker.dropped[reason] += samples
+        self.telemetry.record_dropped(reason, samples)
+
+    def left_in_flight(self, samples: int) -> None:
+        """A batch an actor finished that the run ended without taking."""
+        self.tracker.produced += samples
+        self.tracker.in_flight += samples
+
+    # ------------------------------------------------------------- records
+    def row(self) -> dict:
+        """One metrics.jsonl row (docs/architecture.md lists the keys): the batch's statistics, then the run's
+        counters and state, which win on a clash. Undefined values are dropped when it is written."""
+        t = self.tracker
+        row = {k: v for k, v in self.stats.items() if isinstance(v, float) and not k.startswith("time_")}
+        row.update(t.episode_stats())
+        row.update({
+            "updates": t.updates, "env_steps": t.env_steps, "episodes": t.episodes,
+            "learner_steps": self.net.age, "age": self.net.age,
+            "policy_age": self.policy_age, "staleness": self.staleness,
+            "mean_return_last_100": t.mean_return(), "wall_seconds": round(t.elapsed, 3),
+            "actor_env_steps": t.produced, "queue_depth": self.queue_depth,
+            "dropped_stale": t.dropped["stale"], "dropped_nonfinite": t.dropped["nonfinite"],
+            "rss_bytes": self._process.memory_info().rss,
+        })
+        if self.learner is not None:
+            row["samples"] = t.learned
+            row["samples_learned"] = self.learner.samples_learned
+        return row
+
+    def save_checkpoint(self) -> None:
+        save_checkpoint(self.archive, self.cfg, self.net, self.learner, self.tracker, self.telemetry)
+
+    def finish(self, status: str, extra: dict) -> dict:
+        """Final checkpoint, last metrics row, summary.json, observers closed: however the run ends."""
+        self.progress.close()
+        t = self.tracker
+        if self.learner is not None and t.updates > 0:
+            self.save_checkpoint()
+        summary = {**t.summary(self.net.age, self.cfg.agent), "status": status, **extra,
+                   "nonfinite_batches_skipped": self.guard.skipped, "samples": t.accounting()}
+        if self.rows.last_updates != t.updates:
+            self.rows.write(self.row())
+        self.archive.write_summary(summary)
+        self.rows.close(self.archive.path)
+        return summary
+
+
+# ----------------------------------------------------------------- a run from start to end
+def run_info(cfg: TrainConfig, archive: RunArchive) -> dict:
+    """The identity labels every process of the run exports (rlvitals_run_info)."""
+    meta = archive.meta
+    return {"run_id": meta["run_id"], "env": cfg.env, "algorithm": cfg.agent, "mode": cfg.mode,
+            "code_version": meta["code_version"]["commit"][:12]}
+
+
+@contextlib.contextmanager
+def open_archive(cfg: TrainConfig, argv: list[str], resume: dict | None = None):
+    """The run directory, new (or, resuming, the existing one with the resume noted); closed at the end."""
+    if resume is None:
+        archive = RunArchive.create(cfg.run_dir, cfg.to_dict(), argv)
+    else:
+        archive = RunArchive(cfg.run_dir)
+        archive.note_resume(argv, resume["tracker"]["env_steps"], cfg.to_dict(), updates=resume["tracker"]["updates"])
+    try:
+        yield archive
+    finally:
+        archive.close()
+
+
+def start_run_telemetry(cfg: TrainConfig, archive: RunArchive, resume: dict | None = None):
+    """This process's telemetry (no-op at `off`), counters loaded from `resume` before it first answers."""
+    from rlvitals.telemetry.process import start_telemetry
+
+    host = cfg.metrics_host
+    if host == "node":  # the address other machines reach this one at
+        import socket
+
+        host = socket.gethostbyname(socket.gethostname())
+    return start_telemetry(
+        "local" if cfg.mode == "local" else "learner", cfg.verbosity, host=host, port=cfg.metrics_port,
+        discovery_dir=str(archive.path / "discovery"), run_info=run_info(cfg, archive),
+        state=telemetry_state(resume) if resume is not None else None)
+
+
+def train(cfg: TrainConfig, archive: RunArchive, telemetry=None, stop=None, resume: dict | None = None,
+          observers: Iterable[RowObserver] = ()) -> dict:
+    """Train in the mode the config names; the run summary."""
+    if cfg.mode == "local":
+        from .training import train_local
+
+        return train_local(cfg, archive, telemetry, stop=stop, resume=resume, observers=observers)
+    from .distributed import train_ray
+
+    return train_ray(cfg, archive, telemetry, stop=stop, resume=resume, observers=observers)
+
+
+def train_in(cfg: TrainConfig, argv: list[str], telemetry=None, stop=None,
+             observers: Iterable[RowObserver] = ()) -> tuple[dict, Path]:
+    """A fresh run directory, a run in it, the directory closed: (summary, run dir). For tools and tests."""
+    with open_archive(cfg, argv) as archive:
+        return train(cfg, archive, telemetry, stop=stop, observers=observers), archive.path
