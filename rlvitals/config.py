@@ -144,14 +144,6 @@ class TrainConfig:
     def batch_size(self) -> int:
         return self.num_envs * self.rollout_length
 
-    @property
-    def minibatch_size(self) -> int:
-        return self.batch_size // self.num_minibatches
-
-    @property
-    def num_updates(self) -> int:
-        return math.ceil(self.total_env_steps / self.batch_size)
-
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["hidden_sizes"] = list(self.hidden_sizes)
