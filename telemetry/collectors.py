@@ -6,8 +6,7 @@ import os
 import threading
 
 import psutil
-from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily,
-                                    InfoMetricFamily)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
 
 from .catalogue import BY_NAME, Metric
 from .recorder import Recorder
@@ -50,7 +49,7 @@ class CatalogueCollector:
             elif metric.kind == "histogram":
                 bounds, counts, total = histograms[metric.name]
                 cumulative = counts.cumsum()
-                buckets = [(_le(b), float(c)) for b, c in zip(bounds, cumulative[:-1])]
+                buckets = [(_le(b), float(c)) for b, c in zip(bounds, cumulative[:-1], strict=True)]
                 buckets.append(("+Inf", float(cumulative[-1])))
                 fam = HistogramMetricFamily(metric.name, metric.help, labels=ex_names)
                 fam.add_metric(ex_values, buckets, total)
@@ -130,7 +129,7 @@ class SystemCollector:
             for i in range(torch.cuda.device_count()):
                 readings = (torch.cuda.memory_allocated(i), torch.cuda.memory_reserved(i),
                             torch.cuda.max_memory_allocated(i), torch.cuda.max_memory_reserved(i))
-                for fam, value in zip(fams, readings):
+                for fam, value in zip(fams, readings, strict=True):
                     if fam is not None:
                         fam.add_metric([str(i)] + ex_values, float(value))
         yield from (f for f in fams if f is not None)
@@ -159,7 +158,7 @@ class SystemCollector:
         wanted = [self._wanted(n) for n in names]
         if not any(wanted):
             return
-        fams = {n: _family(m, list(m.labels) + ex_names) for n, m in zip(names, wanted) if m}
+        fams = {n: _family(m, list(m.labels) + ex_names) for n, m in zip(names, wanted, strict=True) if m}
         nvml, count = self._nvml_handle_count()
         for i in range(count):
             try:
@@ -170,7 +169,8 @@ class SystemCollector:
                 "rlvitals_gpu_memory_used_bytes": lambda h: nvml.nvmlDeviceGetMemoryInfo(h).used,
                 "rlvitals_gpu_memory_total_bytes": lambda h: nvml.nvmlDeviceGetMemoryInfo(h).total,
                 "rlvitals_gpu_utilization_ratio": lambda h: nvml.nvmlDeviceGetUtilizationRates(h).gpu / 100.0,
-                "rlvitals_gpu_temperature_celsius": lambda h: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU),
+                "rlvitals_gpu_temperature_celsius":
+                    lambda h: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU),
                 "rlvitals_gpu_power_watts": lambda h: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
                 "rlvitals_gpu_fan_ratio": lambda h: nvml.nvmlDeviceGetFanSpeed(h) / 100.0,
             }
