@@ -5,7 +5,8 @@ registers the probe environments, `agents` holds the probe agents, `runner`
 collects rollouts stamped with the network age that produced them, and
 `rollout` defines what travels from actors to the learner.
 
-May import: numpy, torch, gymnasium, and `rlvitals.telemetry`. Never the
-learner or the wiring in `rlvitals`: a policy is handed in as an object with
+May import: numpy, torch, gymnasium. Never telemetry, the learner or the
+wiring in `rlvitals`: a rollout carries what the actors measured (episodes,
+timings) and the wiring records it; a policy is handed in as an object with
 `act(obs)` and `age`, so the same runner serves local and Ray modes.
 """
