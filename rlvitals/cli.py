@@ -183,9 +183,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise ConfigError(f"total_env_steps={cfg.total_env_steps} is invalid: the run already has "
                               f"{state['tracker']['env_steps']} env steps; pass a larger --total-env-steps")
         preflight(cfg, fresh_dir=False)
+        from .report.tensorboard import observers_for
         from .session import run_training
 
-        summary = run_training(cfg, sys.argv[1:], resume=state)
+        summary = run_training(cfg, sys.argv[1:], resume=state, observers=observers_for(cfg, cfg.run_dir))
         print(json.dumps(summary))
         _human_summary(cfg, summary)
         return 0
@@ -193,9 +194,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not cfg.run_dir:
         cfg.run_dir = default_run_dir(cfg.env, cfg.seed)
     preflight(cfg)
+    from .report.tensorboard import observers_for
     from .session import run_training
 
-    summary = run_training(cfg, sys.argv[1:])
+    summary = run_training(cfg, sys.argv[1:], observers=observers_for(cfg, cfg.run_dir))
     print(json.dumps(summary))
     _human_summary(cfg, summary)
     return 0
