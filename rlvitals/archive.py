@@ -6,14 +6,24 @@ Layout of a run directory:
   metrics.jsonl   one JSON row of metric values per update at first, then thinned (rlvitals/rows.py)
   summary.json    written once at the end
   checkpoints/    latest.pt (atomic: temp file, fsync, rename)
+  discovery/      file_sd target files of the run's live processes (`<component>-<pid>-<port>.json`)
+  .lock           held (flock) by the one process writing the run; names its pid
+
+One process at a time writes a run directory: it holds an exclusive `flock`
+on `.lock`, which the kernel releases when the process ends however it ends.
+So whoever holds the lock knows every other writer is gone, and a resume can
+remove what they left behind: temporary files of interrupted writes,
+discovery files of dead processes, metrics rows newer than the checkpoint.
 
 Only named, non-secret facts go into meta.json: never the process environment.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import re
 import platform
 import socket
 import subprocess
@@ -26,8 +36,17 @@ from typing import Any
 
 import yaml
 
+from .config import ConfigError
+
 PACKAGES = ("rlvitals", "torch", "gymnasium", "numpy", "ray", "prometheus-client", "nvidia-ml-py", "ale-py")
 CHECKPOINT_FORMAT = "rlvitals-checkpoint-v1"
+LOCK_NAME = ".lock"
+TARGET_NAME = re.compile(r"^[A-Za-z_]+-(\d+)-\d+\.json$")
+"""Discovery files a process writes for itself: <component>-<pid>-<port>.json."""
+
+
+class RunDirBusy(ConfigError):
+    """Another live process holds the run directory's lock; the message names its pid."""
 
 
 def code_version() -> dict[str, Any]:
@@ -86,6 +105,51 @@ def check_writable(run_dir: str) -> None:
         raise ValueError(f"run_dir={run_dir!r} is invalid: {str(parent)!r} is not writable")
 
 
+def lock_run_dir(path: Path) -> int:
+    """Take the run directory's exclusive lock; the open descriptor holds it. RunDirBusy when taken."""
+    fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise RunDirBusy(f"run_dir={str(path)!r} is in use by process {holder} (it holds {path / LOCK_NAME}); "
+                         "expected a run directory no other process is writing") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_dead_targets(discovery: Path, everything: bool = False) -> list[str]:
+    """Remove discovery files whose process is gone (all of them with `everything`); the names removed.
+
+    Only `<component>-<pid>-<port>.json` files name their process; the others (Ray actors and
+    node sidecars, written by the driver) go only with `everything`, which is for a process
+    holding the run's lock: every earlier writer is dead then.
+    """
+    removed = []
+    if not discovery.is_dir():
+        return removed
+    for path in sorted(discovery.iterdir()):
+        match = TARGET_NAME.match(path.name)
+        stale = (everything and (path.suffix == ".json" or path.name.endswith(".tmp"))
+                 or match is not None and int(match.group(1)) != os.getpid() and not pid_alive(int(match.group(1))))
+        if stale and path.is_file():
+            path.unlink(missing_ok=True)
+            removed.append(f"discovery/{path.name}")
+    return removed
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as fh:
@@ -104,11 +168,18 @@ class RunArchive:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._metrics = None
+        self._lock_fd: int | None = None
+
+    def lock(self) -> None:
+        """Hold the run directory's lock until close() (or the end of this process). RunDirBusy if taken."""
+        if self._lock_fd is None:
+            self._lock_fd = lock_run_dir(self.path)
 
     @classmethod
     def create(cls, run_dir: str, config: dict[str, Any], argv: list[str]) -> "RunArchive":
         archive = cls(run_dir)
         archive.path.mkdir(parents=True, exist_ok=True)
+        archive.lock()
         (archive.path / "checkpoints").mkdir(exist_ok=True)
         meta = {
             "run_id": uuid.uuid4().hex[:12],
@@ -124,14 +195,67 @@ class RunArchive:
         atomic_write_bytes(archive.path / "meta.json", json.dumps(meta, indent=2).encode())
         return archive
 
-    def note_resume(self, argv: list[str], env_steps: int, config: dict[str, Any]) -> None:
-        """Record a resume in meta.json (same run id) and the config it continues with."""
+    def note_resume(self, argv: list[str], env_steps: int, config: dict[str, Any], updates: int | None = None) -> None:
+        """Take the lock, put the directory back as the checkpoint left it, record the resume in meta.json
+        (same run id) and the config it continues with.
+
+        Back as the checkpoint left it: temporaries of interrupted writes and discovery files of
+        the dead processes removed, metrics.jsonl cut to the rows up to the checkpoint's update
+        (`updates`; where not given, its env steps), so update numbers never repeat.
+        """
+        self.lock()
+        removed = self.remove_leftovers()
+        rows_removed = self.trim_metrics(updates=updates, env_steps=env_steps)
         meta = self.meta
         meta.setdefault("resumes", []).append({"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                                                "command": [Path(sys.argv[0]).name] + list(argv),
-                                               "env_steps": env_steps, "code_version": code_version()})
+                                               "env_steps": env_steps, "code_version": code_version(),
+                                               "metrics_rows_removed": rows_removed, "files_removed": removed})
         atomic_write_bytes(self.path / "meta.json", json.dumps(meta, indent=2).encode())
         atomic_write_bytes(self.path / "config.yaml", yaml.safe_dump(config, sort_keys=True).encode())
+
+    def remove_leftovers(self) -> list[str]:
+        """Temporaries of interrupted atomic writes and every discovery file: only while holding the lock."""
+        assert self._lock_fd is not None, "remove_leftovers needs the run directory's lock"
+        removed = []
+        for folder in (self.path, self.path / "checkpoints"):
+            if folder.is_dir():
+                for path in sorted(folder.glob(".*.tmp")):
+                    path.unlink(missing_ok=True)
+                    removed.append(str(path.relative_to(self.path)))
+        return removed + remove_dead_targets(self.path / "discovery", everything=True)
+
+    def trim_metrics(self, updates: int | None = None, env_steps: int | None = None) -> int:
+        """Cut metrics.jsonl after the last row at or before `updates` (or `env_steps`); rows removed.
+
+        Rows are in update order, so this is a prefix; a torn last line (a kill mid-write) goes too.
+        """
+        path = self.path / "metrics.jsonl"
+        if not path.is_file() or (updates is None and env_steps is None):
+            return 0
+        keep, lines, cut = 0, 0, False
+        with open(path, "rb") as fh:
+            for line in fh:
+                lines += 1
+                if cut:
+                    continue
+                try:
+                    row = json.loads(line) if line.endswith(b"\n") else None
+                except ValueError:
+                    row = None
+                if not isinstance(row, dict) or (
+                        row.get("updates", 0) > updates if updates is not None else row.get("env_steps", 0) > env_steps):
+                    cut = True
+                    lines_kept = lines - 1
+                    continue
+                keep += len(line)
+        if not cut:
+            return 0
+        with open(path, "r+b") as fh:
+            fh.truncate(keep)
+            fh.flush()
+            os.fsync(fh.fileno())
+        return lines - lines_kept
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -175,6 +299,11 @@ class RunArchive:
         return state
 
     def close(self) -> None:
+        """Close metrics.jsonl, remove discovery files of processes that are gone, release the lock."""
         if self._metrics is not None:
             self._metrics.close()
             self._metrics = None
+        if self._lock_fd is not None:
+            remove_dead_targets(self.path / "discovery")
+            os.close(self._lock_fd)
+            self._lock_fd = None

@@ -89,6 +89,7 @@ def test_kill_9_during_checkpoint_writes_always_leaves_a_loadable_checkpoint(tmp
         proc = start(["train", "--resume", str(run), "--total-env-steps", "10000000", "--checkpoint-interval", "1",
                       "--verbosity", "off", "--progress", "false"])
         wait_for(lambda: load_checkpoint(run)["tracker"]["updates"] > state["tracker"]["updates"], timeout=60)
+        assert not any(p.exists() for p in leftovers), "the resume left a killed write's temporary file behind"
         if mid_write_kills >= 1 and attempt >= 2:
             break
     proc.send_signal(signal.SIGKILL)
