@@ -1,6 +1,8 @@
 """Telemetry: the metric catalogue and everything that exports it.
 
 `catalogue` lists every metric (name, type, labels, level, meaning);
+`interface` is the one object the rest of rlvitals records through (the
+`Telemetry` protocol; a no-op implementation at verbosity `off`);
 `recorder` turns per-batch statistics into metric state without touching
 Prometheus on the hot path; `collectors` build Prometheus families from that
 state and read process, torch and NVML figures at scrape time; `process`
