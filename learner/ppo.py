@@ -110,7 +110,7 @@ class PPOLearner:
         self.updates = 0
         self.nonfinite_batches = 0
         self.amp = settings.mixed_precision and device.type == "cuda"
-        self.heads = net.heads() if hasattr(net, "heads") else {}
+        self.heads = _head_positions(net, device)
         self.reward_scale = torch.zeros((), device=device)
         """Largest |reward| of any valid step learned from in this run (kept on the device)."""
 
@@ -204,7 +204,7 @@ class PPOLearner:
                 ta = time.perf_counter()
                 loss, parts, mb_params = self._forward_backward(b, mb)
                 grads = diag.flat_grads(net)
-                parts.update(self._head_grad_norms())
+                parts.update({f"grad_norm_{head}": grads.index_select(0, at).norm() for head, at in self.heads.items()})
                 tb = time.perf_counter()
                 grad_norm = nn.utils.clip_grad_norm_(net.parameters(), s.max_grad_norm)
                 self.optimizer.step()
@@ -294,15 +294,6 @@ class PPOLearner:
         plain, shifted = diag.logp_discrepancy(self.net.dist, params_all, actions, behaviour_logp, valid)
         return {"logp_discrepancy": plain, "logp_discrepancy_shifted": shifted}
 
-    def _head_grad_norms(self) -> dict:
-        """Gradient norm of each output head's own parameters, before clipping; a head with no gradient reads 0."""
-        out = {}
-        for name, params in self.heads.items():
-            norms = [p.grad.detach().norm() for p in params if p.grad is not None]
-            out[f"grad_norm_{name}"] = (torch.linalg.vector_norm(torch.stack(norms)) if norms
-                                        else torch.zeros((), device=self.device))
-        return out
-
     def _restore(self, flat: torch.Tensor) -> None:
         """Put the weights from before the update back, and restart Adam's moments (they saw the NaN)."""
         with torch.no_grad():
@@ -343,6 +334,18 @@ class _StepSums:
         return {**{k: v / steps for k, v in self.sums.items()}, "grad_absmax": self.grad_absmax,
                 "kl": self.kl / max(count, 1), "grad_noise_scale": noise,
                 "loss_finite": self.loss_ok.float(), "grads_finite": self.grads_ok.float()}
+
+
+def _head_positions(net: nn.Module, device: torch.device) -> dict[str, torch.Tensor]:
+    """Where each output head's own parameters lie in diag.flat_grads(net): their gradient norm, before
+    clipping, is then one index_select per head (a parameter without a gradient is zeros there)."""
+    if not hasattr(net, "heads"):
+        return {}
+    where, start = {}, 0
+    for p in net.parameters():
+        where[id(p)] = torch.arange(start, start + p.numel())
+        start += p.numel()
+    return {head: torch.cat([where[id(p)] for p in params]).to(device) for head, params in net.heads().items()}
 
 
 def _to_device(x: torch.Tensor, dev: torch.device) -> torch.Tensor:
