@@ -5,7 +5,8 @@ Usage: python bench/offpolicy.py [--seeds 0 1 2] [--seconds 60] [--steps 200000]
 
 CartPole-v1, `--mode ray` with 2 actors and several rollouts in flight per actor, so a
 batch arrives several learner updates after the network that collected it (its
-staleness is recorded). Each seed runs twice in fresh processes, interleaved:
+staleness is recorded, and per batch how far the other formula's advantages would
+have been, relative to their spread, with the mean |log pi/mu|). Each seed runs twice in fresh processes, interleaved:
 `before`, the advantage as it was, delta_s + gamma c_s (v_{s+1} - V(x_{s+1})), patched
 into the learner by this script only; `after`, the product's
 delta_s + gamma lam (v_{s+1} - V(x_{s+1})). Targets are the same in both.
@@ -54,6 +55,25 @@ def _vtrace_before_issue_16(values, next_values, rewards, terminated, done, log_
     return values + corrections, advantages
 
 
+def _recording(chosen, gaps: list):
+    """`chosen` vtrace, noting per batch how far the other formula's advantages lie from it:
+    mean |A_before - A_after| over valid steps, relative to the std of the advantages used."""
+    from rlvitals.learner.returns import vtrace as after
+
+    other = after if chosen is _vtrace_before_issue_16 else _vtrace_before_issue_16
+
+    def vtrace(values, next_values, rewards, terminated, done, log_rhos, gamma, lam, rho_clip=1.0, c_clip=1.0,
+               valid=None):
+        args = (values, next_values, rewards, terminated, done, log_rhos, gamma, lam, rho_clip, c_clip)
+        targets, advantages = chosen(*args, valid=valid)
+        m = valid if valid is not None else advantages == advantages
+        gap = (advantages - other(*args, valid=valid)[1]).abs()[m]
+        gaps.append([(gap.mean() / advantages[m].std()).item(), log_rhos[m].abs().mean().item()])
+        return targets, advantages
+
+    return vtrace
+
+
 def fields(args, seed: int) -> dict:
     return {"env": "CartPole-v1", "mode": "ray", "num_actors": args.actors,
             "rollouts_in_flight": args.in_flight, "seed": seed, "total_env_steps": args.steps,
@@ -65,14 +85,13 @@ def one_run(variant: str, seed: int, args, out: str) -> None:
     """Child process: one training run; writes its summary and metric rows to `out`."""
     from harness import Deadline
 
+    import rlvitals.learner.ppo as ppo
     from rlvitals.archive import RunArchive
     from rlvitals.config import TrainConfig
     from rlvitals.distributed import train_ray
 
-    if variant == "before":
-        import rlvitals.learner.ppo as ppo
-
-        ppo.vtrace = _vtrace_before_issue_16
+    gaps: list = []
+    ppo.vtrace = _recording(_vtrace_before_issue_16 if variant == "before" else ppo.vtrace, gaps)
     with tempfile.TemporaryDirectory() as tmp:
         cfg = TrainConfig(**fields(args, seed), run_dir=f"{tmp}/run").validate()
         archive = RunArchive.create(cfg.run_dir, cfg.to_dict(), ["bench"])
@@ -81,7 +100,7 @@ def one_run(variant: str, seed: int, args, out: str) -> None:
         finally:
             archive.close()
         rows = [json.loads(line) for line in (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines()]
-    Path(out).write_text(json.dumps({"summary": summary, "rows": rows}))
+    Path(out).write_text(json.dumps({"summary": summary, "rows": rows, "gaps": gaps}))
 
 
 def curve(rows: list[dict]) -> list[list]:
@@ -107,11 +126,15 @@ def steps_to(rows: list[dict], threshold: float):
 def summarise(result: dict, batch_steps: int) -> dict:
     rows = [r for r in result["rows"] if "staleness" in r]
     staleness = sorted(r["staleness"] for r in rows)
+    gaps = sorted(g for g, _ in result["gaps"])
+    log_rho = sorted(x for _, x in result["gaps"])
     s = result["summary"]
     return {"env_steps": s["env_steps"], "wall_seconds": s["wall_seconds"],
             "final_mean_return": s["mean_return_last_100"], "env_steps_to_475": steps_to(result["rows"], 475.0),
             "staleness_learner_steps_median": staleness[len(staleness) // 2] if staleness else None,
             "staleness_updates_median": staleness[len(staleness) // 2] / batch_steps if staleness else None,
+            "advantage_gap_median": gaps[len(gaps) // 2] if gaps else None,
+            "mean_abs_log_rho_median": log_rho[len(log_rho) // 2] if log_rho else None,
             "curve": curve(result["rows"])}
 
 
@@ -151,12 +174,15 @@ def main() -> None:
                 runs[variant].append({"seed": seed, **r})
                 print(f"{variant:6s} seed {seed}: final {r['final_mean_return']}, to 475 {r['env_steps_to_475']} "
                       f"steps, staleness {r['staleness_learner_steps_median']} learner steps "
-                      f"({r['staleness_updates_median']} updates), {r['env_steps']} steps in "
+                      f"({r['staleness_updates_median']} updates), advantage gap {r['advantage_gap_median']:.3f} std, "
+                      f"|log rho| {r['mean_abs_log_rho_median']:.3f}, {r['env_steps']} steps in "
                       f"{time.perf_counter() - t0:.0f} s; curve {r['curve']}", flush=True)
     figures = {v: {"final_mean_return": spread([r["final_mean_return"] for r in rs]),
                    "env_steps_to_475": spread([r["env_steps_to_475"] for r in rs]),
                    "solved_runs": sum(r["env_steps_to_475"] is not None for r in rs),
                    "staleness_updates_median": spread([r["staleness_updates_median"] for r in rs]),
+                   "advantage_gap_median": spread([r["advantage_gap_median"] for r in rs]),
+                   "mean_abs_log_rho_median": spread([r["mean_abs_log_rho_median"] for r in rs]),
                    "curve_median": median_curve([r["curve"] for r in rs]),
                    "per_seed": rs}
                for v, rs in runs.items()}
