@@ -174,8 +174,8 @@ class PPOLearner:
             with diag.ActivationProbe(net, enabled=self.debug) as activations, self._autocast():
                 params_all, values_all = net(obs.reshape(-1, *obs.shape[2:]))
             params_all, values_all = params_all.float(), values_all.float()  # no-ops without autocast
-            values_all = values_all.reshape(T + 1, N)
-            params = params_all.reshape(T + 1, N, -1)[:T]
+            values_all, params_all = values_all.reshape(T + 1, N), params_all.reshape(T + 1, N, -1)
+            params = params_all[:T]
             log_rhos = net.dist.log_prob(params, actions) - r["behaviour_logp"]
             values, next_values = values_all[:T], values_all[1:]
             targets, advantages = vtrace(values, next_values, rewards, r["terminated"], done, log_rhos,
@@ -183,8 +183,7 @@ class PPOLearner:
             stats = self._scale_stats(rewards, targets, valid, done)
             stats.update(self._batch_stats(params, values, targets, advantages, rewards, r["terminated"], valid,
                                            done, stats.pop("min_target_std")))
-            stats.update(self._consistency(params_all.reshape(T + 1, N, -1), actions, r["behaviour_logp"], valid,
-                                           staleness))
+            stats.update(self._consistency(params_all, actions, r["behaviour_logp"], valid, staleness))
         flat = lambda x: x.reshape(T * N, *x.shape[2:]).index_select(0, index)  # noqa: E731
         return _Batch(rewards=rewards, valid=valid, values=values, targets=targets, advantages=advantages,
                       mb_obs=flat(obs[:T]), mb_actions=flat(actions), mb_logp=flat(r["behaviour_logp"]),
