@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -68,6 +70,17 @@ class Rollout:
     valid_count: int = 0
     """Number of valid transitions, computed once by the runner."""
 
+    def __post_init__(self):
+        # A pipeline with bounded queues holds a bounded number of rollouts; counting the live
+        # ones lets the health rules see batches being retained long before memory shows it.
+        _LIVE.add(1)
+        weakref.finalize(self, _LIVE.add, -1)
+
+    @staticmethod
+    def alive() -> int:
+        """Rollouts of this process not yet garbage-collected."""
+        return _LIVE.value
+
     @classmethod
     def concat(cls, rollouts: list[Rollout]) -> Rollout:
         """Rollouts of the same length side by side, as one batch of all their envs (in the order given).
@@ -92,3 +105,17 @@ class Rollout:
             episodes=EpisodeStats(np.concatenate([e.returns for e in eps]), np.concatenate([e.lengths for e in eps]),
                                   np.concatenate([e.successes for e in eps])),
             timings={}, valid_count=sum(r.valid_count for r in rollouts))
+
+
+
+class _Tally:
+    def __init__(self):
+        self.value = 0
+        self._lock = threading.Lock()  # finalizers run in whichever thread collects
+
+    def add(self, amount: int) -> None:
+        with self._lock:
+            self.value += amount
+
+
+_LIVE = _Tally()

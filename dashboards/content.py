@@ -77,6 +77,7 @@ def overview() -> Dashboard:
             quantiles("rlvitals_learner_sample_staleness_steps", width=12),
             gauges("rlvitals_queue_depth", "rlvitals_queue_capacity", by=("queue",), title="Queue depth", width=12,
                    legends=("depth", "capacity")),
+            gauges("rlvitals_learner_rollouts_alive", title="Rollouts held by the learner", width=12),
             rates("rlvitals_samples_dropped_total", by=("reason",), title="Samples dropped/s", width=12),
         ]),
     ])

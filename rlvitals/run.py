@@ -22,7 +22,10 @@ from pathlib import Path
 
 import psutil
 
+from rlvitals.actors.rollout import Rollout
+from rlvitals.telemetry.health import HealthMonitor
 from rlvitals.telemetry.interface import or_null
+from rlvitals.telemetry.verdicts import SEVERITIES, print_verdict
 
 from .archive import RunArchive
 from .checkpoint import restore, save_checkpoint, telemetry_state
@@ -45,7 +48,10 @@ class Run:
         self.stop = stop
         self.tracker = RunTracker(cfg.total_env_steps, cfg.return_threshold)
         self.guard = NonFiniteGuard(archive.path, cfg.max_nonfinite_batches)
-        self.rows = RowWriter(archive, observers)
+        # The health rules watch every run: verdicts print as they fire and end in verdicts.json.
+        self.health = HealthMonitor(run_id=str(archive.meta.get("run_id", "")),
+                                    on_verdict=print_verdict if cfg.progress else None)
+        self.rows = RowWriter(archive, [self.health, *observers])
         self.progress = ProgressLine(cfg.total_env_steps, enabled=cfg.progress, interval=cfg.log_interval_seconds)
         self.stats: dict = {}
         """The last learn step's statistics ({} when it did not learn)."""
@@ -105,6 +111,7 @@ class Run:
                 frac = max(0.0, 1 - t.env_steps / self.cfg.total_env_steps)
                 self.learner.set_learning_rate(self.cfg.learning_rate * frac)
             stats = self.learner.learn(rollout)
+            stats["rollouts_alive"] = float(Rollout.alive())  # the batch in hand counts: healthy is small
             self.telemetry.record_learn(stats)  # counts a skipped update's samples as dropped itself
             if stats["nonfinite"]:
                 t.dropped["nonfinite"] += n
@@ -179,10 +186,12 @@ class Run:
         t = self.tracker
         if self.learner is not None and t.updates > 0:
             self.save_checkpoint()
-        summary = {**t.summary(self.net.age, self.cfg.agent), "status": status, **extra,
-                   "nonfinite_batches_skipped": self.guard.skipped, "samples": t.accounting()}
         if self.rows.last_updates != t.updates:
             self.rows.write(self.row())
+        verdicts = self.health.finish()
+        summary = {**t.summary(self.net.age, self.cfg.agent), "status": status, **extra,
+                   "nonfinite_batches_skipped": self.guard.skipped, "samples": t.accounting(),
+                   "verdicts": {s: sum(v.severity == s for v in verdicts) for s in SEVERITIES}}
         self.archive.write_summary(summary)
         self.rows.close(self.archive.path)
         return summary

@@ -157,6 +157,10 @@ METRICS: tuple[Metric, ...] = (
            "max|value target| x (1 - gamma) / reward scale. True values obey |V| <= r_max / (1 - gamma), so "
            "healthy targets read at most about 1 on any env. Well above 1: discounting, bootstrapping or "
            "reward accumulation is wrong.", source="value_target_scale"),
+    Metric("rlvitals_learner_rollouts_alive", "gauge", "learner", "standard", "short",
+           "Rollouts the learner process holds in memory (created and not yet freed), read after each "
+           "update. Healthy: small and flat (the batch in hand plus what queues hold); rising steadily means "
+           "batches are being kept, long before the process's memory shows it.", source="rollouts_alive"),
     Metric("rlvitals_learner_logp_discrepancy_nats", "gauge", "learner", "standard", "none",
            "Actor-learner consistency: on a batch whose staleness is 0, the largest |log pi_learner(a|x) - "
            "log mu_actor(a|x)| over its samples. The same network on the same observation gives the same "

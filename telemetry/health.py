@@ -23,10 +23,11 @@ from pathlib import Path
 
 from .promexpr import LOOKBACK
 from .rules import RULES, Rule
-from .verdicts import Verdict
+from .verdicts import Verdict, write_verdicts
 
 TIME_KEY = "wall_seconds"
 DEFAULT_STEP = 1.0
+VERDICTS_FILE = "verdicts.json"
 
 
 class RowSeries:
@@ -111,6 +112,10 @@ class HealthMonitor:
             self._evaluate_until(self.series.last_time, inclusive=True)
         return self.verdicts()
 
+    def close(self, run_dir: str | Path) -> None:
+        """End of the run (a row observer's finisher): the verdicts go to RUN_DIR/verdicts.json."""
+        write_verdicts(Path(run_dir) / VERDICTS_FILE, self.finish())
+
     def verdicts(self) -> list[Verdict]:
         return sorted(self.fired.values(), key=lambda v: (v.first_seconds, v.rule))
 
@@ -141,11 +146,13 @@ class HealthMonitor:
 
 
 def _max_offset(rule: Rule) -> float:
-    from .promexpr import Abs, Bin, Series
+    from .promexpr import Abs, AvgOverTime, Bin, Series
 
     def walk(e) -> float:
         if isinstance(e, Series):
             return e.offset
+        if isinstance(e, AvgOverTime):
+            return e.series.offset + e.seconds
         if isinstance(e, Bin):
             return max(walk(e.left), walk(e.right))
         if isinstance(e, Abs):
@@ -190,3 +197,19 @@ def evaluate_run(run_dir: str | Path, step: float = DEFAULT_STEP) -> list[Verdic
         except (json.JSONDecodeError, OSError):
             pass
     return evaluate_rows(read_rows(run_dir / "metrics.jsonl"), step=step, run_id=run_id)
+
+
+def bands_for(key: str) -> list[tuple[float | None, float | None]]:
+    """The healthy range of a row key that the rules' thresholds imply ([(low, high)], None where open)."""
+    from .rules import RULES, thresholds
+
+    low = high = None
+    for rule in RULES:
+        for k, op, value in thresholds(rule):
+            if k != key:
+                continue
+            if op in (">", ">="):
+                high = value if high is None else min(high, value)
+            else:
+                low = value if low is None else max(low, value)
+    return [] if low is None and high is None else [(low, high)]

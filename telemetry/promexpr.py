@@ -18,8 +18,8 @@ offered (no rate()/increase() extrapolation): `Delta` is `x - x offset w`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 LOOKBACK = 300.0
 
@@ -95,13 +95,40 @@ class Series(Expr):
     def keys(self):
         return {self.key}
 
-    def shifted(self, seconds: float) -> "Series":
+    def shifted(self, seconds: float) -> Series:
         return Series(self.name, self.key, self.labels, self.agg, self.offset + seconds)
 
 
 def Delta(series: Series, seconds: float) -> Expr:
     """How much a series changed over the last `seconds`: x - x offset seconds."""
     return Bin("-", series, series.shifted(seconds))
+
+
+@dataclass(frozen=True, eq=False)
+class AvgOverTime(Expr):
+    """`avg_over_time` of a series over the last `seconds`, on the evaluation grid.
+
+    Prometheus (2.x) averages the samples in [t - w, t]; offline the samples are
+    the series' values at the grid points in that window, which is exactly what
+    a Prometheus scraping once per grid step holds.
+    """
+
+    series: Series
+    seconds: float
+    step: float = 1.0
+
+    def promql(self) -> str:
+        s = self.series
+        sel = s.name + ("{" + ",".join(f'{k}="{v}"' for k, v in s.labels) + "}" if s.labels else "")
+        return f"{s.agg} by (run_id) (avg_over_time({sel}[{_duration(self.seconds)}]))"
+
+    def value(self, lookup, t):
+        points = int(round(self.seconds / self.step)) + 1
+        values = [v for k in range(points) if (v := lookup(self.series.key, t - k * self.step)) is not None]
+        return sum(values) / len(values) if values else None
+
+    def keys(self):
+        return {self.series.key}
 
 
 @dataclass(frozen=True, eq=False)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .catalogue import METRICS, Metric
-from .promexpr import Abs, Bin, Delta, Expr, Num, Series
+from .promexpr import Abs, AvgOverTime, Bin, Delta, Expr, Num, Series
 from .verdicts import COMPONENTS, SEVERITIES
 
 HORIZONS = ("fast", "slow")
@@ -113,9 +113,10 @@ def thresholds(rule: Rule) -> list[tuple[str, str, float]]:
 
     def walk(e):
         if isinstance(e, Bin):
-            if (e.op in (">", ">=", "<", "<=") and isinstance(e.left, Series) and not e.left.offset
+            left = e.left.series if isinstance(e.left, AvgOverTime) else e.left
+            if (e.op in (">", ">=", "<", "<=") and isinstance(left, Series) and not left.offset
                     and isinstance(e.right, Num)):
-                found.append((e.left.key, e.op, e.right.x))
+                found.append((left.key, e.op, e.right.x))
             walk(e.left)
             walk(e.right)
         elif isinstance(e, Abs):
@@ -137,17 +138,21 @@ RULES: tuple[Rule, ...] = (
          "The policy is almost deterministic. Unless the task has one right action everywhere, it stopped "
          "exploring: check the entropy bonus (its sign and --entropy-coef), the reward scale, and the "
          "clip fraction and KL for oversized updates.", after_updates=10),
-    Rule("RLPolicyEntropyStuckAtMax", S("relative_entropy") > 0.995, 30, "fast", "warning", "policy",
+    Rule("RLPolicyEntropyStuckAtMax", S("relative_entropy") > 0.995, 20, "fast", "warning", "policy",
          "Policy entropy stays at its maximum in run {{ $labels.run_id }}",
          "The learner keeps updating and the policy stays uniform: no policy is being learned. Check that "
          "the policy loss reaches the policy head, the advantages' sign and shape (a broadcast to a matrix "
          "averages them away), and that the env's rewards depend on actions (rlvitals doctor).",
-         after_updates=30),
-    Rule("RLPolicyGetsNoGradient", (S("grad_norm_policy") < 1e-10) & (S("advantage_std") > 0), 10, "fast",
+         after_updates=20),
+    # With normalised advantages the surrogate's gradient does not scale with the rewards: a healthy,
+    # undecided policy's head reads 1e-3 and up, a disconnected one 0 or rounding noise (1e-9).
+    Rule("RLPolicyGetsNoGradient",
+         (S("grad_norm_policy") < 1e-7) & (S("advantage_std") > 0) & (S("relative_entropy") > 0.1), 10, "fast",
          "critical", "policy",
          "The policy head gets no gradient in run {{ $labels.run_id }}",
-         "Advantages vary, yet the gradient of the policy head's parameters is zero: the policy loss does "
-         "not reach it (a detached log-probability or ratio, a zeroed loss term).", after_updates=3),
+         "Advantages vary and the policy is undecided, yet the policy head's gradient is zero: the policy "
+         "loss does not reach it (a detached log-probability or ratio, a zeroed loss term, advantages that "
+         "average out through a wrong broadcast).", after_updates=3),
     Rule("RLValueGetsNoGradient", (S("grad_norm_value") < 1e-10) & (S("target_std") > 0), 10, "fast",
          "critical", "value",
          "The value head gets no gradient in run {{ $labels.run_id }}",
@@ -166,11 +171,17 @@ RULES: tuple[Rule, ...] = (
          "KL(behaviour || learner) is computed exactly from stored action distributions and cannot be "
          "negative: the stored behaviour distributions, the log-probabilities or the pairing of samples "
          "with their distributions is wrong."),
-    Rule("RLClipFractionHigh", S("clip_fraction") > 0.4, 20, "fast", "warning", "optimizer",
-         "Most samples leave the PPO clip range in run {{ $labels.run_id }}",
-         "Over 40% of the probability ratios leave the clip range update after update: each batch moves the "
+    Rule("RLClipFractionHigh", AvgOverTime(S("clip_fraction"), 30) > 0.3, 10, "fast", "warning", "optimizer",
+         "Many samples leave the PPO clip range in run {{ $labels.run_id }}",
+         "Averaged over 30 s, over 30% of the probability ratios leave the clip range: each batch moves the "
          "policy far beyond the trust region. Lower the learning rate or the epochs per batch; in Ray mode "
          "check sample staleness.", after_updates=5),
+    # PPO is built to move the policy by about 0.01 nats per batch; staleness adds a few updates' worth.
+    Rule("RLPolicyStepsTooLarge", AvgOverTime(S("kl"), 30) > 0.2, 10, "fast", "warning", "optimizer",
+         "Each update moves the policy far from the one that acted in run {{ $labels.run_id }}",
+         "Averaged over 30 s, KL(behaviour || learner) after each batch's update exceeds 0.2 nats, twenty times "
+         "what PPO aims at: the learning rate (or epochs per batch) is far too high, or samples are very "
+         "stale. Lower the learning rate first.", after_updates=5),
     Rule("RLValueTargetsOutOfScale", S("value_target_scale") > 2, 15, "fast", "warning", "returns",
          "Value targets exceed what the rewards allow in run {{ $labels.run_id }}",
          "A return can be at most r_max / (1 - gamma) in size, and the targets are more than twice that: "
@@ -202,13 +213,23 @@ RULES: tuple[Rule, ...] = (
          "The learner took optimizer steps in the last 30 s, yet the newest samples still come from the same "
          "network version: new weights are not published to the actors, or actors never load them.",
          after_updates=5),
+    # A leak that exhausts a machine within hours grows by tens of MiB a minute; both halves of the
+    # window must grow, so a one-off allocation (a checkpoint buffer, a bigger batch) does not count.
     Rule("RLMemoryGrowing",
-         (Delta(S("rss_bytes"), 30) > 64 * MiB) & (Delta(S("rss_bytes"), 15) > 16 * MiB)
-         & (Delta(S("rss_bytes").shifted(15), 15) > 16 * MiB), 10, "fast", "warning", "memory",
-         "Resident memory grows steadily in run {{ $labels.run_id }}",
-         "Memory rose by more than 64 MiB in 30 s, in both halves of that window, after warm-up. A healthy "
-         "run's memory is flat once its buffers exist: something keeps every rollout, batch or tensor it "
-         "sees (a list that is appended to, tensors kept with their graph).", after_updates=10),
+         (Delta(S("rss_bytes"), 60) > 32 * MiB) & (Delta(S("rss_bytes"), 30) > 8 * MiB)
+         & (Delta(S("rss_bytes").shifted(30), 30) > 8 * MiB), 10, "fast", "warning", "memory",
+         "Resident memory grows by the minute in run {{ $labels.run_id }}",
+         "Memory rose by more than 32 MiB in a minute, in both halves of it, after warm-up: at that pace the "
+         "machine runs out within hours. A healthy run's memory is flat once its buffers exist; something "
+         "keeps every rollout, batch or tensor it sees (a list that is appended to, tensors kept with "
+         "their graph).", after_updates=10),
+    Rule("RLRolloutsRetained",
+         (S("rollouts_alive") > 16) & (Delta(S("rollouts_alive"), 15) > 0)
+         & (Delta(S("rollouts_alive").shifted(15), 15) > 0), 10, "fast", "warning", "memory",
+         "Rollouts pile up in the learner's memory in run {{ $labels.run_id }}",
+         "The learner holds more than 16 rollouts and the number grew in each of the last two 15 s: queues "
+         "are bounded, so something keeps batches after learning from them (a list of past rollouts, a "
+         "replay buffer without a limit, tensors referenced from logged statistics).", after_updates=10),
     Rule("RLLearnerStalled", (Delta(S("env_steps"), 60) > 0) & Delta(S("learner_steps"), 60).eq(0), 30,
          "fast", "critical", "throughput",
          "Actors produce samples but the learner takes no steps in run {{ $labels.run_id }}",
@@ -237,6 +258,14 @@ RULES: tuple[Rule, ...] = (
          "For half an hour the advantages' mean has been larger than their standard deviation: the value "
          "net never catches up with the returns, or the advantage calculation is biased (a sign, a "
          "missing discount, a carry across episodes).", after_updates=100),
+    Rule("RLMemoryCreeping",
+         (Delta(S("rss_bytes"), 1800) > 0.1 * S("rss_bytes").shifted(1800)) & (Delta(S("rss_bytes"), 600) > 0)
+         & (Delta(S("rss_bytes").shifted(600), 600) > 0) & (Delta(S("rss_bytes").shifted(1200), 600) > 0), 600,
+         "slow", "warning", "memory",
+         "Resident memory keeps creeping up in run {{ $labels.run_id }}",
+         "Memory grew by over 10% in half an hour, in each of its three 10-minute parts, and kept doing so "
+         "for 10 minutes more: a slow leak that will end a run of days. Look for caches and lists that grow "
+         "with the number of updates or episodes."),
     Rule("RLKLGrowing",
          (S("kl") > 1.5 * S("kl").shifted(3600)) & (S("kl") - S("kl").shifted(3600) > 0.01), 1800, "slow",
          "warning", "weight-sync",
@@ -293,13 +322,3 @@ def metric_thresholds(metric_name: str) -> list[tuple[str, float, Rule]]:
                 out.append((op, value, rule))
     return out
 
-
-def healthy_bands(metric_name: str) -> list[tuple[float, float]]:
-    """The healthy range(s) of a metric implied by the rules' thresholds: [(low, high)], inf where open."""
-    low, high = -float("inf"), float("inf")
-    for op, value, _ in metric_thresholds(metric_name):
-        if op in (">", ">="):
-            high = min(high, value)
-        else:
-            low = max(low, value)
-    return [] if (low, high) == (-float("inf"), float("inf")) else [(low, high)]

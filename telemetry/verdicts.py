@@ -7,6 +7,7 @@ and the component vocabulary are a stable interface: add fields, never rename.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -58,6 +59,13 @@ def write_verdicts(path: str | Path, verdicts: list[Verdict]) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps([v.to_dict() for v in verdicts], indent=1) + "\n")
     tmp.replace(path)
+
+
+def print_verdict(verdict: Verdict, stream=None) -> None:
+    """One line per verdict as it fires, on stderr (stdout is the run's JSON summary)."""
+    when = f" at {verdict.first_seconds:.0f} s" if verdict.first_seconds is not None else ""
+    print(f"\nrlvitals: {verdict.severity} [{verdict.component}] {verdict.rule}{when}: "
+          f"{verdict.message.split('. ')[0]}", file=stream or sys.stderr, flush=True)
 
 
 def read_verdicts(path: str | Path) -> list[Verdict]:

@@ -54,13 +54,19 @@ def promtool_test(rows: list[dict], workdir: Path, step: int = 1, checks: int = 
             continue
         label_text = ",".join([f'{k}="{v}"' for k, v in labels] + [f'run_id="{RUN_ID}"', 'job="rlvitals"'])
         input_series.append({"series": f"{metric.name}{{{label_text}}}", "values": " ".join(values)})
-    picks = sorted({times[min(len(times) - 1, round(i * (len(times) - 1) / max(1, checks - 1)))]
-                    for i in range(checks)})
+    firing_by_rule = {r.name: firing_at(monitor.history[r.name], r.hold_seconds) for r in RULES if not r.live_only}
+    picks = {times[min(len(times) - 1, round(i * (len(times) - 1) / max(1, checks - 1)))] for i in range(checks)}
+    for firing in firing_by_rule.values():   # and every time an alert starts or stops firing, and just before
+        states = list(firing.items())
+        for (t0, a), (t1, b) in zip(states, states[1:], strict=False):
+            if a != b:
+                picks.update((t0, t1))
+    picks = sorted(picks)
     table, tests = {}, []
     for rule in RULES:
         if rule.live_only:
             continue
-        firing = firing_at(monitor.history[rule.name], rule.hold_seconds)
+        firing = firing_by_rule[rule.name]
         for t in picks:
             fires = firing[t]
             table[(rule.name, t)] = fires

@@ -5,7 +5,7 @@
 2. Every rule reads catalogued series, names a component of the fixed vocabulary, and links to
    its section of the docs.
 3. The expression language means the same thing in PromQL and offline (hand-worked cases).
-4. On series recorded from real runs (a healthy CartPole run, and a run with a learning rate far
+4. On series recorded from real runs (a healthy CartPole run, and a run with a learning rate 100x
    too high), `promtool test rules` expects exactly the alerts the offline evaluator computes.
 """
 
@@ -18,16 +18,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from promparity import promtool_test
 
 from rlvitals.config import TrainConfig
 from rlvitals.telemetry import rulegen
 from rlvitals.telemetry.catalogue import BY_NAME
 from rlvitals.telemetry.health import HealthMonitor, RowSeries, evaluate_rows, read_rows
 from rlvitals.telemetry.promexpr import Delta, Series
-from rlvitals.telemetry.rules import RULES, S, Live, thresholds
+from rlvitals.telemetry.rules import RULES, Live, S, thresholds
 from rlvitals.telemetry.verdicts import COMPONENTS
-
-from promparity import promtool_test
 
 pytestmark = pytest.mark.skipif(shutil.which("promtool") is None,
                                 reason="promtool is not on PATH (bash deploy/setup.sh --test installs it)")
@@ -95,19 +94,29 @@ def test_expressions_render_and_evaluate_alike():
 
 def test_thresholds_come_from_the_conditions():
     by_name = {r.name: r for r in RULES}
-    assert ("clip_fraction", ">", 0.4) in thresholds(by_name["RLClipFractionHigh"])
+    assert ("clip_fraction", ">", 0.3) in thresholds(by_name["RLClipFractionHigh"])
     assert ("value_target_scale", ">", 2.0) in thresholds(by_name["RLValueTargetsOutOfScale"])
     assert thresholds(by_name["RLComponentDown"]) == []
 
 
 def test_a_rule_fires_after_its_hold_and_names_when_it_first_held():
-    rows = [{"wall_seconds": float(t), "updates": t, "clip_fraction": 0.1 if t < 10 else 0.9}
+    rows = [{"wall_seconds": float(t), "updates": t, "value_target_scale": 0.5 if t < 10 else 3.0}
             for t in range(0, 40)]
     verdicts = evaluate_rows(rows)
-    (clip,) = [v for v in verdicts if v.rule == "RLClipFractionHigh"]
-    assert clip.component == "optimizer" and clip.first_seconds == 10.0 and clip.first_update == 10
-    short = evaluate_rows(rows[:29])                   # held 18 s of the 20 s needed
-    assert not [v for v in short if v.rule == "RLClipFractionHigh"]
+    (scale,) = [v for v in verdicts if v.rule == "RLValueTargetsOutOfScale"]
+    assert scale.component == "returns" and scale.first_seconds == 10.0 and scale.first_update == 10
+    short = evaluate_rows(rows[:24])                   # held 13 s of the 15 s needed
+    assert not [v for v in short if v.rule == "RLValueTargetsOutOfScale"]
+
+
+def test_averages_over_time_use_the_samples_in_the_window():
+    # avg_over_time(clip_fraction[30s]) > 0.3: one spike is not enough, a sustained level is.
+    spike = [{"wall_seconds": float(t), "updates": t, "clip_fraction": 0.9 if t == 20 else 0.1} for t in range(80)]
+    assert not [v for v in evaluate_rows(spike) if v.rule == "RLClipFractionHigh"]
+    level = [{"wall_seconds": float(t), "updates": t, "clip_fraction": 0.1 if t < 20 else 0.5} for t in range(80)]
+    (clip,) = [v for v in evaluate_rows(level) if v.rule == "RLClipFractionHigh"]
+    # Mean over the 31 samples of [t-30, t] exceeds 0.3 once 16 of them read 0.5: from t = 35.
+    assert clip.first_seconds == 35.0
 
 
 def test_monitor_reports_each_rule_once_as_it_fires():
@@ -146,7 +155,7 @@ def test_prometheus_agrees_with_the_offline_evaluator_on_a_healthy_run(tmp_path)
 @pytest.mark.slow
 def test_prometheus_agrees_with_the_offline_evaluator_on_a_broken_run(tmp_path):
     # A learning rate 100x the default: most ratios leave the clip range on every update.
-    rows = _train(tmp_path, "lr", total_env_steps=200_000, learning_rate=0.25)
+    rows = _train(tmp_path, "lr", total_env_steps=200_000, learning_rate=0.025)
     table = promtool_test(rows, tmp_path)
-    assert any(v for (rule, _), v in table.items() if rule == "RLClipFractionHigh"), \
+    assert any(v for (rule, _), v in table.items() if rule == "RLPolicyStepsTooLarge"), \
         "the broken run must make an alert fire, or the comparison proves nothing"

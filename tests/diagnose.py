@@ -1,0 +1,81 @@
+"""Run a planted bug (or none) on a real env and collect what the health rules said, and when.
+
+Shared by tests/test_diagnosis.py and bench/diagnosis.py. A run stops as soon
+as a warning-or-worse verdict fires (the diagnosis is in), or after its time
+budget of run seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from planted_bugs import PlantedBug
+
+from rlvitals.config import TrainConfig
+from rlvitals.run import train_in
+from rlvitals.telemetry.health import read_rows
+from rlvitals.telemetry.rules import BY_RULE
+from rlvitals.telemetry.verdicts import Verdict, read_verdicts
+
+LOUD = ("critical", "warning")
+
+
+@dataclass
+class Diagnosis:
+    verdicts: list[Verdict]
+    fired_after_s: float | None
+    """Run seconds at which the first warning-or-worse verdict fired (its streak start + hold)."""
+    run_dir: Path
+    rows: list[dict] = field(default_factory=list)
+    summary: dict = field(default_factory=dict)
+
+    @property
+    def first(self) -> Verdict | None:
+        """The diagnosis: the earliest loud verdict to fire (critical first on a tie)."""
+        loud = [v for v in self.verdicts if v.severity in LOUD]
+        if not loud:
+            return None
+        return min(loud, key=lambda v: (fire_time(v), LOUD.index(v.severity)))
+
+
+def fire_time(v: Verdict) -> float:
+    return (v.first_seconds or 0.0) + BY_RULE[v.rule].hold_seconds if v.rule in BY_RULE else (v.first_seconds or 0)
+
+
+def diagnose(run_dir: Path, env: str = "CartPole-v1", bug: PlantedBug | None = None, budget_s: float = 60.0,
+             stop_on_verdict: bool = True, seed: int = 0, **overrides) -> Diagnosis:
+    loud: list[Verdict] = []
+
+    started = time.monotonic()
+
+    def stop() -> bool:
+        return (stop_on_verdict and bool(loud)) or time.monotonic() - started > budget_s
+
+    cfg_fields = {"env": env, "seed": seed, "run_dir": str(run_dir), "progress": False, "verbosity": "off",
+                  "total_env_steps": 10_000_000, **(bug.overrides if bug else {}), **overrides}
+    cfg = TrainConfig(**cfg_fields).validate()
+
+    monitor_hook = _LoudHook(loud)
+    with pytest.MonkeyPatch.context() as mp:
+        if bug is not None:
+            bug.apply(mp)
+        summary, path = train_in(cfg, ["diagnose"], stop=stop, observers=[monitor_hook])
+    verdicts = read_verdicts(path / "verdicts.json")
+    loud_verdicts = [v for v in verdicts if v.severity in LOUD]
+    fired = min((fire_time(v) for v in loud_verdicts), default=None)
+    return Diagnosis(verdicts, fired, path, read_rows(path / "metrics.jsonl"), summary)
+
+
+class _LoudHook:
+    """Evaluates the rules alongside the run's own monitor, to stop the run once a loud verdict fires."""
+
+    def __init__(self, sink: list):
+        from rlvitals.telemetry.health import HealthMonitor
+
+        self.monitor = HealthMonitor(on_verdict=lambda v: sink.append(v) if v.severity in LOUD else None)
+
+    def __call__(self, row: dict) -> None:
+        self.monitor(row)
