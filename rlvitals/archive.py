@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 import uuid
+import warnings
 from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,8 @@ from .config import ConfigError
 
 PACKAGES = ("rlvitals", "torch", "gymnasium", "numpy", "ray", "prometheus-client", "nvidia-ml-py", "ale-py")
 CHECKPOINT_FORMAT = "rlvitals-checkpoint-v1"
+CHECKPOINT_KEYS = ("config", "network", "optimizer", "age", "tracker", "learner", "rng")
+"""What every checkpoint holds (later versions add keys; none of these go)."""
 LOCK_NAME = ".lock"
 TARGET_NAME = re.compile(r"^[A-Za-z_]+-(\d+)-\d+\.json$")
 """Discovery files a process writes for itself: <component>-<pid>-<port>.json."""
@@ -105,7 +108,7 @@ def check_writable(run_dir: str) -> None:
         raise ValueError(f"run_dir={run_dir!r} is invalid: {str(parent)!r} is not writable")
 
 
-def lock_run_dir(path: Path) -> int:
+def lock_run_dir(path: Path, write_pid: bool = True) -> int:
     """Take the run directory's exclusive lock; the open descriptor holds it. RunDirBusy when taken."""
     fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
@@ -115,9 +118,18 @@ def lock_run_dir(path: Path) -> int:
         os.close(fd)
         raise RunDirBusy(f"run_dir={str(path)!r} is in use by process {holder} (it holds {path / LOCK_NAME}); "
                          "expected a run directory no other process is writing") from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
+    if write_pid:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
     return fd
+
+
+def check_not_busy(path: Path) -> None:
+    """RunDirBusy when a live process holds the run directory's lock; takes nothing itself."""
+    lock_file = path / LOCK_NAME
+    if not lock_file.is_file():
+        return
+    os.close(lock_run_dir(path, write_pid=False))
 
 
 def pid_alive(pid: int) -> bool:
@@ -262,6 +274,12 @@ class RunArchive:
         return json.loads((self.path / "meta.json").read_text())
 
     @property
+    def run_id(self) -> str:
+        if getattr(self, "_run_id", None) is None:
+            self._run_id = str(self.meta["run_id"])
+        return self._run_id
+
+    @property
     def config(self) -> dict[str, Any]:
         return yaml.safe_load((self.path / "config.yaml").read_text())
 
@@ -289,13 +307,21 @@ class RunArchive:
 
         path = self.path / "checkpoints" / "latest.pt"
         try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
+            with warnings.catch_warnings():  # torch's remarks on foreign pickles: the one line below says it all
+                warnings.simplefilter("ignore")
+                state = torch.load(path, map_location="cpu", weights_only=True)
         except FileNotFoundError:
             raise ValueError(f"run_dir={str(self.path)!r} has no checkpoint at {path}") from None
-        except Exception as exc:  # unpickling of anything but tensors and plain data is refused
-            raise ValueError(f"checkpoint {str(path)!r} is not an rlvitals checkpoint: {exc}") from None
+        except IsADirectoryError:
+            raise ValueError(f"checkpoint {str(path)!r} is a directory, not an rlvitals checkpoint") from None
+        except Exception:  # torn, foreign, or holding objects other than tensors and plain data (never unpickled)
+            raise ValueError(f"checkpoint {str(path)!r} is not an rlvitals checkpoint: it is truncated, corrupt, "
+                             "or holds objects other than tensors and plain data, which are never loaded") from None
         if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"checkpoint {str(path)!r} is not an rlvitals checkpoint")
+        missing = [key for key in CHECKPOINT_KEYS if key not in state]
+        if missing:
+            raise ValueError(f"checkpoint {str(path)!r} is incomplete: it lacks {', '.join(missing)}")
         return state
 
     def close(self) -> None:

@@ -50,6 +50,7 @@ def restore_rng(state: dict, net, learner) -> None:
 def save_checkpoint(archive: RunArchive, cfg, net, learner, tracker, telemetry) -> None:
     """`tracker` and `telemetry` give their own state (`state()`), as plain data."""
     archive.save_checkpoint({
+        "run_id": archive.run_id,
         "config": cfg.to_dict(),
         "network": net.state_dict(),
         "optimizer": learner.optimizer.state_dict(),
@@ -60,6 +61,71 @@ def save_checkpoint(archive: RunArchive, cfg, net, learner, tracker, telemetry) 
         "rng": rng_state(net, learner),
         "telemetry": telemetry.state(),
     })
+
+
+def check_resumable(run_dir, state: dict) -> None:
+    """ConfigError (one line) unless `state` is this run directory's own checkpoint and fits its env as it is now.
+
+    Checked, in order: no live process holds the directory; the checkpoint's config agrees
+    with config.yaml on every field a resume may not change (env first); its run id (where
+    it has one) is the directory's; and the network it holds has the shapes a network for
+    the env's current observation and action spaces has.
+    """
+    from pathlib import Path
+
+    import yaml
+
+    from .archive import check_not_busy
+    from .config import ConfigError
+
+    path = Path(run_dir)
+    check_not_busy(path)
+    ckpt = path / "checkpoints" / "latest.pt"
+    archive = RunArchive(path)
+    try:
+        run_id, saved = archive.run_id, yaml.safe_load((path / "config.yaml").read_text())
+    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
+        raise ConfigError(f"resume={str(path)!r} is invalid: its meta.json or config.yaml cannot be read; "
+                          "expected a run directory written by rlvitals train") from None
+    if not isinstance(saved, dict):
+        raise ConfigError(f"resume={str(path)!r} is invalid: its config.yaml is not a mapping of config fields")
+    config = state["config"]
+    if not isinstance(config, dict) or not isinstance(state["network"], dict):
+        raise ConfigError(f"checkpoint {str(ckpt)!r} is not an rlvitals checkpoint: its config or network is malformed")
+    fields = sorted(set(config) & set(saved) - RESUMABLE_FIELDS, key=lambda name: (name != "env", name))
+    for name in fields:
+        if _plain(config[name]) != _plain(saved[name]):
+            raise ConfigError(f"checkpoint {str(ckpt)!r} was written with {name}={config[name]!r} but run {run_id} "
+                              f"has {name}={saved[name]!r} in config.yaml; expected the run's own checkpoint")
+    if state.get("run_id") not in (None, run_id):
+        raise ConfigError(f"checkpoint {str(ckpt)!r} belongs to run {state['run_id']}, not to run {run_id} of "
+                          f"{str(path)!r}; expected the run's own checkpoint")
+    _check_network_fits(ckpt, state)
+
+
+def _plain(value):
+    return [_plain(v) for v in value] if isinstance(value, (list, tuple)) else value
+
+
+def _check_network_fits(ckpt, state: dict) -> None:
+    """ConfigError unless a network built for the env as it is now has the checkpoint's tensor names and shapes."""
+    from .config import ConfigError, TrainConfig
+    from .parts import env_spaces, make_network
+
+    known = {f for f in TrainConfig.__dataclass_fields__}
+    cfg = TrainConfig(**{k: v for k, v in state["config"].items() if k in known})
+    cfg.hidden_sizes = tuple(cfg.hidden_sizes)
+    obs_space, action_space = env_spaces(cfg)
+    now = {name: tuple(t.shape) for name, t in make_network(cfg, obs_space, action_space).state_dict().items()}
+    then = {name: tuple(t.shape) for name, t in state["network"].items()}
+    for name in sorted(set(now) | set(then)):
+        if now.get(name) != then.get(name):
+            have = "absent" if name not in then else list(then[name])
+            need = "absent" if name not in now else list(now[name])
+            raise ConfigError(
+                f"checkpoint {str(ckpt)!r} does not fit env {cfg.env!r} as it is now (observation space "
+                f"{obs_space}, action space {action_space}): network tensor {name} is {have} in the checkpoint "
+                f"and {need} for the env; expected the env the run was trained on")
 
 
 def restore(state: dict, net, learner, tracker) -> None:

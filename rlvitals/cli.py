@@ -151,13 +151,14 @@ def preflight(cfg: TrainConfig, fresh_dir: bool = True) -> None:
 def resume_config(args: argparse.Namespace) -> tuple[TrainConfig, dict]:
     """The config of the run being resumed, with the few overrides that keep it the same run."""
     from .archive import RunArchive
-    from .checkpoint import RESUMABLE_FIELDS
+    from .checkpoint import RESUMABLE_FIELDS, check_resumable
 
     path = Path(args.resume)
     if not (path / "config.yaml").is_file():
         raise ConfigError(f"resume={args.resume!r} is invalid: no config.yaml there; expected a run directory")
     try:
         state = RunArchive(path).load_checkpoint()
+        check_resumable(path, state)  # not busy, the run's own checkpoint, fits the env as it is now
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
