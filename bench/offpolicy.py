@@ -4,12 +4,13 @@ Usage: python bench/offpolicy.py [--seeds 0 1 2] [--seconds 60] [--steps 200000]
                                  [--in-flight 4] [--results-dir DIR]
 
 CartPole-v1, `--mode ray` with 2 actors and several rollouts in flight per actor, so a
-batch arrives several learner updates after the network that collected it (its
-staleness is recorded, and per batch how far the other formula's advantages would
-have been, relative to their spread, with the mean |log pi/mu|). Each seed runs twice in fresh processes, interleaved:
-`before`, the advantage as it was, delta_s + gamma c_s (v_{s+1} - V(x_{s+1})), patched
-into the learner by this script only; `after`, the product's
-delta_s + gamma lam (v_{s+1} - V(x_{s+1})). Targets are the same in both.
+batch arrives several learner updates after the network that collected it. Recorded
+per batch: its staleness, the mean |log pi/mu|, and how far the other formula's
+advantages lie from the ones used, relative to their spread. Each seed runs twice in
+fresh processes, interleaved: `before`, the advantage as it was,
+delta_s + gamma c_s (v_{s+1} - V(x_{s+1})), patched into the learner by this script
+only; `after`, the product's delta_s + gamma lam (v_{s+1} - V(x_{s+1})). Targets are
+the same in both. On a loaded machine give runs more time (`--seconds 150`).
 Writes bench/results/offpolicy.json: per variant the curve of the last-100 mean
 return against env steps (and its median over seeds where every seed got that far:
 a run also stops at its deadline), env steps to 475 and the final return, per seed
