@@ -20,10 +20,12 @@ Only named, non-secret facts go into meta.json: never the process environment.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import re
+import shutil
 import platform
 import socket
 import subprocess
@@ -162,25 +164,103 @@ def remove_dead_targets(discovery: Path, everything: bool = False) -> list[str]:
     return removed
 
 
+def _size(n: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+"""Errors that mean "no room": a full filesystem, a quota, a file-size limit (RLIMIT_FSIZE)."""
+
+
+class ArchiveWriteError(RuntimeError):
+    """Writing into the run directory failed (full disk, quota, file-size limit, I/O error).
+
+    The message is one line: the path, the bytes it needed and the space left, what was
+    cleaned up and kept, whether summary.json got written, and how to go on. It is
+    composed when shown, so it says how the rest of the archive fared after the failure.
+    """
+
+    def __init__(self, path: Path, size: int, error: OSError):
+        super().__init__(str(path))
+        self.path, self.size, self.error = Path(path), size, error
+        self.archive: RunArchive | None = None
+        try:
+            self.free = shutil.disk_usage(self.path.parent).free
+        except OSError:
+            self.free = None
+
+    @property
+    def no_space(self) -> bool:
+        return self.error.errno in NO_SPACE
+
+    def __str__(self) -> str:
+        what = "no space left" if self.no_space else (self.error.strerror or type(self.error).__name__).lower()
+        free = f", {_size(self.free)} free there" if self.free is not None else ""
+        text = f"{what} writing {self.path} ({_size(self.size)} needed{free}): temporary file removed"
+        archive = self.archive
+        if archive is None:
+            return text
+        last = archive.last_checkpoint_updates
+        text += (f", last good checkpoint (update {last}) kept" if last is not None
+                 else ", last good checkpoint (if any) kept")
+        if archive.summary_written:
+            text += ", summary.json written"
+        elif archive.summary_failed:
+            text += ", summary.json could not be written either"
+        if archive.rows_lost:
+            text += f", {archive.rows_lost} metrics rows not written"
+        return text + f"; free space, then continue with: rlvitals train --resume {archive.path}"
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `path` whole or not at all: temp file, fsync, rename, fsync of the folder.
+
+    ArchiveWriteError when it cannot be written (the temp file is removed, `path` is untouched).
+    """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise ArchiveWriteError(path, len(data), exc) from None
 
 
 class RunArchive:
+    """A run directory. Writes that fail raise ArchiveWriteError once; after that the archive
+    keeps what it can (summary.json, metrics rows) and attempts no further checkpoint, so the
+    run ends with its last good checkpoint and one line saying what happened."""
+
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self._metrics = None
+        self._metrics: int | None = None  # fd of metrics.jsonl, opened for appending
         self._lock_fd: int | None = None
+        self.write_error: ArchiveWriteError | None = None
+        self.last_checkpoint_updates: int | None = None
+        self.summary_written = self.summary_failed = False
+        self.rows_lost = 0
+
+    def _failed(self, error: ArchiveWriteError) -> None:
+        """Raise the first write failure; later ones (the run is ending because of it) are only noted."""
+        if self.write_error is None:
+            error.archive = self
+            self.write_error = error
+            raise error
 
     def lock(self) -> None:
         """Hold the run directory's lock until close() (or the end of this process). RunDirBusy if taken."""
@@ -216,6 +296,7 @@ class RunArchive:
         (`updates`; where not given, its env steps), so update numbers never repeat.
         """
         self.lock()
+        self.last_checkpoint_updates = updates
         removed = self.remove_leftovers()
         rows_removed = self.trim_metrics(updates=updates, env_steps=env_steps)
         meta = self.meta
@@ -284,22 +365,53 @@ class RunArchive:
         return yaml.safe_load((self.path / "config.yaml").read_text())
 
     def append_metrics(self, row: dict[str, Any]) -> None:
-        if self._metrics is None:
-            self._metrics = open(self.path / "metrics.jsonl", "a", buffering=1)
-        self._metrics.write(json.dumps(row, allow_nan=False, default=float) + "\n")
+        """Append one row whole or not at all (a failed write is cut back, so no torn line stays)."""
+        data = (json.dumps(row, allow_nan=False, default=float) + "\n").encode()
+        path = self.path / "metrics.jsonl"
+        size = 0
+        try:
+            if self._metrics is None:
+                self._metrics = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            size = os.fstat(self._metrics).st_size
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._metrics, view):]
+        except OSError as exc:
+            if self._metrics is not None:
+                try:
+                    os.ftruncate(self._metrics, size)
+                except OSError:
+                    pass
+            self.rows_lost += 1
+            self._failed(ArchiveWriteError(path, len(data), exc))
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        atomic_write_bytes(self.path / "summary.json", json.dumps(summary, indent=2).encode())
+        if self.write_error is not None:  # say in the summary itself why the archive is incomplete
+            summary = {**summary, "archive_error": str(self.write_error)}
+        try:
+            atomic_write_bytes(self.path / "summary.json", json.dumps(summary, indent=2).encode())
+        except ArchiveWriteError as error:
+            self.summary_failed = True
+            self._failed(error)
+            return
+        self.summary_written = True
 
     def save_checkpoint(self, state: dict[str, Any]) -> Path:
         import io
 
         import torch
 
+        path = self.path / "checkpoints" / "latest.pt"
+        if self.write_error is not None:
+            return path  # a write already failed: the run is ending, the last good checkpoint stays as it is
         buffer = io.BytesIO()
         torch.save({"format": CHECKPOINT_FORMAT, **state}, buffer)
-        path = self.path / "checkpoints" / "latest.pt"
-        atomic_write_bytes(path, buffer.getvalue())
+        try:
+            atomic_write_bytes(path, buffer.getvalue())
+        except ArchiveWriteError as error:
+            self._failed(error)
+            return path
+        self.last_checkpoint_updates = (state.get("tracker") or {}).get("updates")
         return path
 
     def load_checkpoint(self) -> dict[str, Any]:
@@ -327,7 +439,7 @@ class RunArchive:
     def close(self) -> None:
         """Close metrics.jsonl, remove discovery files of processes that are gone, release the lock."""
         if self._metrics is not None:
-            self._metrics.close()
+            os.close(self._metrics)
             self._metrics = None
         if self._lock_fd is not None:
             remove_dead_targets(self.path / "discovery")

@@ -304,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as exc:
         runtime = tuple(getattr(sys.modules[m], n) for m, n in (("rlvitals.actors.runner", "EnvStepError"),
-                                                                ("rlvitals.guard", "NonFiniteError"))
+                                                                ("rlvitals.guard", "NonFiniteError"),
+                                                                ("rlvitals.archive", "ArchiveWriteError"))
                         if m in sys.modules)
         if runtime and isinstance(exc, runtime):
             print(f"rlvitals: error: {exc}", file=sys.stderr)

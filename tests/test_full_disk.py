@@ -1,0 +1,126 @@
+"""A full disk (a small tmpfs) or a file-size limit: one clear line, summary.json, no temporary left, resumable.
+
+Real filesystems and real processes: the run writes into a tmpfs too small for a
+second copy of its checkpoint (an atomic write needs room for both), then the
+tmpfs is grown, as freeing space would, and the run resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+CLI = [sys.executable, "-m", "rlvitals.cli"]
+# 512-wide hidden layers: a checkpoint of about 6.1 MiB (network and Adam state).
+BIG = ["--hidden-sizes", "512,512", "--num-envs", "4", "--rollout-length", "32", "--update-epochs", "1",
+       "--num-minibatches", "1", "--checkpoint-interval", "1", "--verbosity", "minimal", "--progress", "false"]
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """A 12 MiB tmpfs: room for one checkpoint and the run's small files, not for a second checkpoint."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(mnt)], capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs to fill ({proc.stderr.strip() or 'mount failed'}); needs root or "
+                    "CAP_SYS_ADMIN. test_a_file_size_limit_* covers the same path without a mount")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def error_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert "Traceback" not in stderr, stderr
+    assert len(lines) == 1 and lines[0].startswith("rlvitals: error: "), stderr
+    return lines[0]
+
+
+def no_temporaries(run: Path) -> None:
+    assert not [p for p in run.rglob("*") if p.name.endswith(".tmp")], "a temporary file was left behind"
+
+
+def test_a_full_disk_ends_the_run_in_one_line_and_a_resume_works_once_space_is_freed(tmpfs):
+    run = tmpfs / "run"
+    proc = subprocess.run(CLI + ["train", "--total-env-steps", "100000", "--run-dir", str(run), *BIG],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    line = error_line(proc.stderr)
+    assert f"no space left writing {run}/checkpoints/latest.pt" in line, line
+    assert "MiB needed" in line and "free there" in line and "summary.json written" in line, line
+    assert f"rlvitals train --resume {run}" in line, line
+    no_temporaries(run)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "ArchiveWriteError" and "no space left" in summary["archive_error"]
+    state = torch.load(run / "checkpoints" / "latest.pt", weights_only=True)  # the last good one, whole
+    assert f"last good checkpoint (update {state['tracker']['updates']}) kept" in line, line
+    for row in (run / "metrics.jsonl").read_text().splitlines():
+        json.loads(row)  # no torn row
+
+    # Space freed (the tmpfs grown): the same run goes on from its checkpoint.
+    subprocess.run(["mount", "-o", "remount,size=40m", str(tmpfs)], check=True)
+    resumed = subprocess.run(CLI + ["train", "--resume", str(run), "--total-env-steps", "1500", "--progress",
+                                    "false"], capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout.strip().splitlines()[-1])["status"] == "completed"
+    no_temporaries(run)
+
+
+def _limit_file_size(limit: int):
+    def apply():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def test_a_file_size_limit_on_the_first_checkpoint_is_one_line_with_the_summary_written(tmp_path):
+    run = tmp_path / "run"
+    proc = subprocess.run(CLI + ["train", "--total-env-steps", "100000", "--run-dir", str(run), *BIG],
+                          capture_output=True, text=True, timeout=300, preexec_fn=_limit_file_size(2 * 2**20),
+                          env={**os.environ})
+    assert proc.returncode == 1, proc.stderr
+    line = error_line(proc.stderr)
+    assert f"no space left writing {run}/checkpoints/latest.pt" in line and "summary.json written" in line, line
+    no_temporaries(run)
+    assert not (run / "checkpoints" / "latest.pt").exists()
+    assert json.loads((run / "summary.json").read_text())["status"] == "ArchiveWriteError"
+
+
+APPEND = """
+import json, resource, sys
+from rlvitals.archive import ArchiveWriteError, RunArchive
+archive = RunArchive.create(sys.argv[1], {"env": "CartPole-v1"}, ["test"])
+resource.setrlimit(resource.RLIMIT_FSIZE, (3000, 3000))
+written = 0
+try:
+    for i in range(1000):
+        archive.append_metrics({"updates": i + 1, "padding": "x" * 100})
+        written += 1
+except ArchiveWriteError as exc:
+    archive.append_metrics({"updates": -1, "padding": "x" * 100})  # after the failure: noted, not raised
+    archive.write_summary({"status": "ArchiveWriteError"})
+    print(json.dumps({"written": written, "error": str(exc)}))
+archive.close()
+"""
+
+
+def test_a_metrics_row_that_does_not_fit_is_cut_back_whole(tmp_path):
+    run = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-c", APPEND, str(run)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert 10 < result["written"] < 30
+    assert f"writing {run}/metrics.jsonl" in result["error"] and "2 metrics rows not written" in result["error"]
+    assert "summary.json written" in result["error"]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["updates"] for r in rows] == list(range(1, result["written"] + 1)), "a torn or extra row"
+    assert (run / "metrics.jsonl").read_bytes().endswith(b"\n")
