@@ -78,6 +78,9 @@ def overview() -> Dashboard:
             gauges("rlvitals_queue_depth", "rlvitals_queue_capacity", by=("queue",), title="Queue depth", width=12,
                    legends=("depth", "capacity")),
             gauges("rlvitals_learner_rollouts_alive", title="Rollouts held by the learner", width=12),
+            gauges("rlvitals_learner_staleness_batches", "rlvitals_queue_capacity", title="Staleness in batches",
+                   legends=("staleness", "queue capacity"), width=12,
+                   note="Healthy: staleness at or below the queue capacity; above it, weights do not reach the actors."),
             rates("rlvitals_samples_dropped_total", by=("reason",), title="Samples dropped/s", width=12),
         ]),
     ])

@@ -60,8 +60,9 @@ class Run:
         self.staleness: int | None = None
         """Learner steps between that network and the learner's when the batch arrived."""
         self.queue_depth: int | None = None
+        self.queue_capacity: int | None = None
         self._process = psutil.Process(os.getpid())
-        steps_per_update = cfg.update_epochs * cfg.num_minibatches
+        steps_per_update = self._steps_per_update = cfg.update_epochs * cfg.num_minibatches
         self._checkpoint_every = max(1, cfg.checkpoint_interval // steps_per_update)
 
     @classmethod
@@ -88,9 +89,9 @@ class Run:
                 self.learn_step(source.next())
             source.drain()
         except BaseException as exc:  # Ctrl-C, a non-finite stop, an env error: keep what we had
-            self.finish(type(exc).__name__, source.summary())
+            self.finish(getattr(exc, "status", None) or type(exc).__name__, source.summary())
             raise
-        return self.finish("completed", source.summary())
+        return self.finish(getattr(self.stop, "status", None) or "completed", source.summary())
 
     def finished(self) -> bool:
         return (self.tracker.done() or (self.stop is not None and self.stop())
@@ -112,6 +113,7 @@ class Run:
                 self.learner.set_learning_rate(self.cfg.learning_rate * frac)
             stats = self.learner.learn(rollout)
             stats["rollouts_alive"] = float(Rollout.alive())  # the batch in hand counts: healthy is small
+            stats["staleness_batches"] = self.staleness / self._steps_per_update
             self.telemetry.record_learn(stats)  # counts a skipped update's samples as dropped itself
             if stats["nonfinite"]:
                 t.dropped["nonfinite"] += n
@@ -142,7 +144,7 @@ class Run:
     # ------------------------------------------------------------- what sources report
     def queue(self, depth: int, capacity: int) -> None:
         """Rollouts finished but not yet taken when a batch arrived, and how many may be."""
-        self.queue_depth = depth
+        self.queue_depth, self.queue_capacity = depth, capacity
         self.telemetry.record_queue(depth, capacity)
 
     def drop(self, reason: str, samples: int) -> None:
@@ -169,6 +171,7 @@ class Run:
             "policy_age": self.policy_age, "staleness": self.staleness,
             "mean_return_last_100": t.mean_return(), "wall_seconds": round(t.elapsed, 3),
             "actor_env_steps": t.produced, "queue_depth": self.queue_depth,
+            "queue_capacity": self.queue_capacity,
             "dropped_stale": t.dropped["stale"], "dropped_nonfinite": t.dropped["nonfinite"],
             "rss_bytes": self._process.memory_info().rss,
         })

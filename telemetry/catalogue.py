@@ -157,6 +157,11 @@ METRICS: tuple[Metric, ...] = (
            "max|value target| x (1 - gamma) / reward scale. True values obey |V| <= r_max / (1 - gamma), so "
            "healthy targets read at most about 1 on any env. Well above 1: discounting, bootstrapping or "
            "reward accumulation is wrong.", source="value_target_scale"),
+    Metric("rlvitals_learner_staleness_batches", "gauge", "learner", "standard", "short",
+           "Staleness of the last batch in updates (learner steps / steps per update): how many batches the "
+           "learner learned from since the network that produced it. Healthy: at most the rollouts queues "
+           "can hold (rlvitals_queue_capacity); more means weights do not reach the actors.",
+           source="staleness_batches"),
     Metric("rlvitals_learner_rollouts_alive", "gauge", "learner", "standard", "short",
            "Rollouts the learner process holds in memory (created and not yet freed), read after each "
            "update. Healthy: small and flat (the batch in hand plus what queues hold); rising steadily means "
@@ -231,7 +236,8 @@ METRICS: tuple[Metric, ...] = (
            "means the learner is the bottleneck; only growing means the learner stalls.",
            labels=("queue",), label_values={"queue": ("rollouts",)}, source="queue_depth"),
     Metric("rlvitals_queue_capacity", "gauge", "queue", "standard", "short",
-           "Capacity of each queue (backpressure limit).", labels=("queue",), label_values={"queue": ("rollouts",)}),
+           "Capacity of each queue (backpressure limit).", labels=("queue",), label_values={"queue": ("rollouts",)},
+           source="queue_capacity"),
     Metric("rlvitals_samples_dropped_total", "counter", "queue", "minimal", "short",
            "Samples discarded before learning, by reason: `stale` (older than the staleness bound) or "
            "`nonfinite` (NaN or inf in the batch or its update). Healthy: flat; any `nonfinite` needs a look.",

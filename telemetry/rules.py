@@ -131,6 +131,9 @@ MiB = 2 ** 20
 # learner's batched forward pass may round differently from the actor's.
 LOGP_TOLERANCE = 1e-3
 
+# Samples no staler than the queues explain: then a policy that moves too far is the optimizer's doing.
+FRESH = S("staleness_batches") <= S("queue_capacity") + 1
+
 RULES: tuple[Rule, ...] = (
     # ------------------------------------------------------------------ fast: learning
     Rule("RLPolicyEntropyCollapsed", S("relative_entropy") < 0.01, 15, "fast", "warning", "policy",
@@ -171,13 +174,14 @@ RULES: tuple[Rule, ...] = (
          "KL(behaviour || learner) is computed exactly from stored action distributions and cannot be "
          "negative: the stored behaviour distributions, the log-probabilities or the pairing of samples "
          "with their distributions is wrong."),
-    Rule("RLClipFractionHigh", AvgOverTime(S("clip_fraction"), 30) > 0.3, 10, "fast", "warning", "optimizer",
+    Rule("RLClipFractionHigh", (AvgOverTime(S("clip_fraction"), 30) > 0.3) & FRESH, 10, "fast", "warning",
+         "optimizer",
          "Many samples leave the PPO clip range in run {{ $labels.run_id }}",
          "Averaged over 30 s, over 30% of the probability ratios leave the clip range: each batch moves the "
          "policy far beyond the trust region. Lower the learning rate or the epochs per batch; in Ray mode "
          "check sample staleness.", after_updates=5),
     # PPO is built to move the policy by about 0.01 nats per batch; staleness adds a few updates' worth.
-    Rule("RLPolicyStepsTooLarge", AvgOverTime(S("kl"), 30) > 0.2, 10, "fast", "warning", "optimizer",
+    Rule("RLPolicyStepsTooLarge", (AvgOverTime(S("kl"), 30) > 0.2) & FRESH, 10, "fast", "warning", "optimizer",
          "Each update moves the policy far from the one that acted in run {{ $labels.run_id }}",
          "Averaged over 30 s, KL(behaviour || learner) after each batch's update exceeds 0.2 nats, twenty times "
          "what PPO aims at: the learning rate (or epochs per batch) is far too high, or samples are very "
@@ -207,12 +211,21 @@ RULES: tuple[Rule, ...] = (
          "Rollouts arrived older than --max-staleness learner steps and were thrown away: actors act with "
          "old weights. Check that new weights reach the actors, --rollouts-in-flight, and the learner's "
          "speed against the actors'."),
-    Rule("RLActorWeightsFrozen", (Delta(S("age"), 30) > 0) & Delta(S("policy_age", agg="min"), 30).eq(0), 0,
+    Rule("RLStalenessBeyondQueues", S("staleness_batches") > S("queue_capacity") + 1, 10, "fast", "critical",
+         "weight-sync",
+         "Samples are staler than the queues can explain in run {{ $labels.run_id }}",
+         "A batch is learned from at most as many updates after it was requested as there are batches "
+         "queued ahead of it; these are older still for 10 s: actors keep acting with old weights "
+         "(weights not published, not loaded, or an actor stuck on an old version).", after_updates=3),
+    # Each batch was requested with the weights current at request time, so after more updates than
+    # the queues hold, some batch must come from a newer network.
+    Rule("RLActorWeightsFrozen",
+         (Delta(S("updates"), 10) > S("queue_capacity") + 1) & Delta(S("policy_age", agg="min"), 10).eq(0), 0,
          "fast", "critical", "weight-sync",
          "Actors act with weights that stopped changing in run {{ $labels.run_id }}",
-         "The learner took optimizer steps in the last 30 s, yet the newest samples still come from the same "
-         "network version: new weights are not published to the actors, or actors never load them.",
-         after_updates=5),
+         "In the last 10 s the learner learned from more batches than its queues can hold, and every one "
+         "came from the same network version: new weights are not published to the actors, or actors "
+         "never load them.", after_updates=5),
     # A leak that exhausts a machine within hours grows by tens of MiB a minute; both halves of the
     # window must grow, so a one-off allocation (a checkpoint buffer, a bigger batch) does not count.
     Rule("RLMemoryGrowing",

@@ -165,6 +165,19 @@ def rollouts_kept_forever(mp):
     _after_collect(mp, KEPT.append)
 
 
+def weights_never_republished(mp):
+    from rlvitals.distributed.fleet import Fleet
+
+    original, first = Fleet.publish, {}
+
+    def publish(self, net):
+        if "weights" not in first:                    # the first version goes out, and never another
+            first["weights"] = original(self, net)
+        return first["weights"]
+
+    mp.setattr(Fleet, "publish", publish)
+
+
 def no_bug(mp):
     pass
 
@@ -195,6 +208,9 @@ BUGS: tuple[PlantedBug, ...] = (
                what="returns summed without discounting (gamma taken as 1)"),
     PlantedBug("kl_compares_the_wrong_distributions", "telemetry", "run", kl_compares_the_wrong_distributions,
                what="the KL diagnostic compares the behaviour policy with itself"),
+    PlantedBug("weights_never_republished", "weight-sync", "run", weights_never_republished,
+               overrides={"mode": "ray", "num_actors": 2, "torch_threads": 1}, mode="ray",
+               what="Ray mode: the learner's new weights never reach the actors"),
     PlantedBug("rollouts_kept_forever", "memory", "run", rollouts_kept_forever,
                what="every rollout appended to a list that is never cleared"),
 )
