@@ -80,7 +80,8 @@ def overview() -> Dashboard:
             gauges("rlvitals_learner_rollouts_alive", title="Rollouts held by the learner", width=12),
             gauges("rlvitals_learner_staleness_batches", "rlvitals_queue_capacity", title="Staleness in batches",
                    legends=("staleness", "queue capacity"), width=12,
-                   note="Healthy: staleness at or below the queue capacity; above it, weights do not reach the actors."),
+                   note="Healthy: staleness at or below the queue capacity; above it, weights do not reach the "
+                        "actors."),
             rates("rlvitals_samples_dropped_total", by=("reason",), title="Samples dropped/s", width=12),
         ]),
     ])
