@@ -153,7 +153,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("rlvitals_learner_reward_scale", "gauge", "learner", "standard", "none",
            "Largest absolute reward the learner has seen in this run: the scale every value-like signal is "
            "judged against, so one rule fits every env's reward scale.", source="reward_scale"),
-    Metric("rlvitals_learner_value_target_scale_ratio", "gauge", "learner", "standard", "none",
+    Metric("rlvitals_learner_value_target_scale_ratio", "gauge", "learner", "standard", "percentunit",
            "max|value target| x (1 - gamma) / reward scale. True values obey |V| <= r_max / (1 - gamma), so "
            "healthy targets read at most about 1 on any env. Well above 1: discounting, bootstrapping or "
            "reward accumulation is wrong.", source="value_target_scale"),

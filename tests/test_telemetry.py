@@ -302,8 +302,9 @@ def test_record_learn_sets_every_learner_gauge_from_its_stats_key():
     stats = fake_learner_stats()
     recorder.record_learn(stats)
     for m in sourced("learner", ("gauge",)):
-        if m.name == "rlvitals_learner_training_intensity":
-            continue
+        if m.name in ("rlvitals_learner_training_intensity", "rlvitals_learner_rollouts_alive",
+                      "rlvitals_learner_staleness_batches"):
+            continue  # the recorder or the run's learn step adds these to the learner's statistics
         for labels, key in label_sets(m):
             assert registry.get_sample_value(m.name, labels) == pytest.approx(stats[key]), (m.name, labels)
 
@@ -541,8 +542,9 @@ def test_learner_stats_provide_every_catalogue_source(test_env):
     finally:
         runner.close()
     for m in sourced("learner", ("gauge",)):
-        if m.name == "rlvitals_learner_training_intensity":
-            continue
+        if m.name in ("rlvitals_learner_training_intensity", "rlvitals_learner_rollouts_alive",
+                      "rlvitals_learner_staleness_batches"):
+            continue  # the recorder or the run's learn step adds these to the learner's statistics
         for _, key in label_sets(m):
             assert key in stats, f"{m.name} reads stats[{key!r}], which PPOLearner.learn does not provide"
             assert math.isfinite(stats[key]), (key, stats[key])  # every statistic is defined on this env
@@ -926,7 +928,8 @@ def test_learner_and_local_series_per_level(level, test_env):
     try:
         rollout = runner.collect(net, cfg.rollout_length)
         local.record_rollout(rollout)
-        stats = learner.learn(rollout)
+        # What the run's learn step adds to the learner's statistics (rlvitals.run.Run.learn_step).
+        stats = {**learner.learn(rollout), "rollouts_alive": 1.0, "staleness_batches": 0.0}
     finally:
         runner.close()
     scale = {**layer_counts(net), "rollout step": cfg.rollout_length}
