@@ -63,11 +63,16 @@ def format_run_summary(summary: dict, run_dir) -> str:
                       else f"; threshold {summary['return_threshold']:g} not reached")
     if summary.get("nonfinite_batches_skipped"):
         lines.append(f"  skipped     {summary['nonfinite_batches_skipped']} batches with NaN/inf (see the archive)")
-    counts = verdict_counts(_verdicts_of(run_dir))
+    verdicts = _verdicts_of(run_dir)
+    counts = verdict_counts(verdicts)
     if counts is None:
         lines.append("  verdicts    not evaluated yet (no verdicts.json)")
     else:
-        lines.append("  verdicts    " + ", ".join(f"{n} {sev}" for sev, n in counts.items()))
+        lines.append("  verdicts    " + ", ".join(f"{n} {sev}" for sev, n in counts.items())
+                     + ("" if verdicts else ": every health rule held quiet (docs/health.md)"))
+        for v in verdicts:  # one line each: what fired, where, and when it first held
+            when = f" from {v['first_seconds']:g} s" if isinstance(v.get("first_seconds"), (int, float)) else ""
+            lines.append(f"    {v.get('severity', '?'):8s} [{v.get('component', '?')}] {v.get('rule', '?')}{when}")
     report = run_dir / "report.html"
     lines.append(f"  report      {report}" if report.is_file() else f"  report      rlvitals report {run_dir}")
     if any(run_dir.glob("events.out.tfevents.*")):
