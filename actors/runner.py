@@ -26,6 +26,17 @@ values are acted on with a fixed zero-mean policy instead (see EnvRunner._act); 
 observations themselves are kept as they came, so the non-finite guard still sees them."""
 
 
+_step_started: float | None = None
+"""perf_counter() when the env step now in progress began (None between steps); the stop
+watchdog (rlvitals.signals) reads it to tell a hung env step from a slow update."""
+
+
+def env_step_seconds() -> float:
+    """How long the env step now in progress has taken so far; 0 when no env step is in progress."""
+    started = _step_started
+    return 0.0 if started is None else time.perf_counter() - started
+
+
 class EnvRunner:
     """Steps `num_envs` copies of an env together; one batched policy call per step.
 
@@ -120,6 +131,7 @@ class EnvRunner:
 
     def collect(self, policy, num_steps: int) -> Rollout:
         """Step every env `num_steps` times with `policy`; return the rollout."""
+        global _step_started
         n, T = self.num_envs, num_steps
         obs_buf = np.empty((T + 1, n, *self.obs_shape), dtype=self.obs_dtype)
         rewards = np.empty((T, n), dtype=np.float32)
@@ -145,12 +157,14 @@ class EnvRunner:
             env_action = action.numpy()
             if not self.discrete:
                 env_action = np.clip(env_action, self._low, self._high)
-            t1 = time.perf_counter()
+            t1 = _step_started = time.perf_counter()
             try:
                 obs, raw_reward, term, trunc, info = self.env.step(env_action)
             except Exception as exc:
                 raise EnvStepError(f"env {self.env_id!r} (seed {self.seed}) raised {type(exc).__name__} at "
                                    f"step {self.steps_taken}: {exc}") from exc
+            finally:
+                _step_started = None
             # NaN/inf rewards are numbers: the learner's non-finite guard deals with them. Anything
             # that is not a number at all (None, text) is the env's bug, reported here.
             reward = np.asarray(raw_reward)

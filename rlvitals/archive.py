@@ -233,12 +233,22 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
-    except OSError as exc:
+    except BaseException as exc:  # a failed write, or a stop arriving mid-write: no temporary file stays
         try:
             tmp.unlink(missing_ok=True)
         except OSError:
             pass
-        raise ArchiveWriteError(path, len(data), exc) from None
+        if isinstance(exc, OSError):
+            raise ArchiveWriteError(path, len(data), exc) from None
+        raise
+
+
+_LAST: list = []
+"""The run directory this process locked last (what a stop message reports on)."""
+
+
+def last_archive() -> "RunArchive | None":
+    return _LAST[-1] if _LAST else None
 
 
 class RunArchive:
@@ -252,6 +262,7 @@ class RunArchive:
         self._lock_fd: int | None = None
         self.write_error: ArchiveWriteError | None = None
         self.last_checkpoint_updates: int | None = None
+        self.checkpoints_written = 0
         self.summary_written = self.summary_failed = False
         self.rows_lost = 0
 
@@ -266,6 +277,7 @@ class RunArchive:
         """Hold the run directory's lock until close() (or the end of this process). RunDirBusy if taken."""
         if self._lock_fd is None:
             self._lock_fd = lock_run_dir(self.path)
+            _LAST[:] = [self]
 
     @classmethod
     def create(cls, run_dir: str, config: dict[str, Any], argv: list[str]) -> "RunArchive":
@@ -412,7 +424,22 @@ class RunArchive:
             self._failed(error)
             return path
         self.last_checkpoint_updates = (state.get("tracker") or {}).get("updates")
+        self.checkpoints_written += 1
         return path
+
+    def outcome(self) -> str:
+        """What is on disk now, in words: the last checkpoint and whether summary.json was written."""
+        if self.write_error is not None:
+            return str(self.write_error)
+        last = self.last_checkpoint_updates
+        if self.checkpoints_written:
+            text = f"checkpoint of update {last} written"
+        elif last is not None:
+            text = f"no checkpoint written by this process (the last one is of update {last})"
+        else:
+            text = "no checkpoint written (none was due yet)"
+        summary = "summary.json written" if self.summary_written else "summary.json not written"
+        return f"{text}, {summary}, run directory {self.path}"
 
     def load_checkpoint(self) -> dict[str, Any]:
         import torch

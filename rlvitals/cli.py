@@ -175,6 +175,7 @@ def resume_config(args: argparse.Namespace) -> tuple[TrainConfig, dict]:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from .archive import default_run_dir
+    from .signals import report_stop
 
     if args.resume:
         if args.config:
@@ -190,7 +191,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         summary = run_training(cfg, sys.argv[1:], resume=state, observers=observers_for(cfg, cfg.run_dir))
         print(json.dumps(summary))
         _human_summary(cfg, summary)
-        return 0
+        return report_stop(summary)
     cfg = train_config_from_args(args)
     if not cfg.run_dir:
         cfg.run_dir = default_run_dir(cfg.env, cfg.seed)
@@ -201,7 +202,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     summary = run_training(cfg, sys.argv[1:], observers=observers_for(cfg, cfg.run_dir))
     print(json.dumps(summary))
     _human_summary(cfg, summary)
-    return 0
+    return report_stop(summary)
 
 
 def _human_summary(cfg: TrainConfig, summary: dict) -> None:
@@ -284,6 +285,8 @@ COMMANDS = {"train": cmd_train, "eval": cmd_eval, "runs": cmd_runs, "doctor": cm
 def main(argv: list[str] | None = None) -> int:
     from rlvitals.actors.envs import EnvError  # light: no torch
 
+    from .signals import RunStopped, report_abort
+
 
     import logging
 
@@ -299,9 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, ConfigError, EnvError) as exc:
         print(f"rlvitals: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("rlvitals: interrupted (run archive and checkpoint written)", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, RunStopped) as exc:  # says only what was written (rlvitals/signals.py)
+        return report_abort(exc)
     except Exception as exc:
         runtime = tuple(getattr(sys.modules[m], n) for m, n in (("rlvitals.actors.runner", "EnvStepError"),
                                                                 ("rlvitals.guard", "NonFiniteError"),

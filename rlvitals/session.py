@@ -1,9 +1,7 @@
-"""One training session of the `rlvitals train` command: archive, telemetry, SIGTERM, then the run."""
+"""One training session of the `rlvitals train` command: archive, telemetry, SIGTERM/SIGINT, then the run."""
 
 from __future__ import annotations
 
-import contextlib
-import signal
 from collections.abc import Iterable
 
 from .config import TrainConfig
@@ -11,15 +9,12 @@ from .rows import RowObserver
 from .run import open_archive, start_run_telemetry, train
 
 
-@contextlib.contextmanager
 def stop_on_sigterm():
-    """A `stop()` that turns True once SIGTERM arrives: the run finishes its update and writes its archive."""
-    requested = []
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: requested.append(signum))
-    try:
-        yield lambda: bool(requested)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    """SIGTERM and SIGINT stop the run (rlvitals/signals.py): the first after its update, a second one, or
+    an env step that blocks the first, at once; the run archive is written either way."""
+    from .signals import stop_requests
+
+    return stop_requests()
 
 
 def run_training(cfg: TrainConfig, argv: list[str], resume: dict | None = None,
