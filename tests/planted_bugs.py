@@ -202,7 +202,7 @@ BUGS: tuple[PlantedBug, ...] = (
                                                       "it drives the policy deterministic"),
     PlantedBug("advantages_normalised_wrong_shape", "policy", "run", advantages_normalised_wrong_shape,
                what="advantages broadcast as a column: the surrogate averages them to zero"),
-    PlantedBug("learning_rate_100x", "optimizer", "run", no_bug, overrides={"learning_rate": 0.025},
+    PlantedBug("learning_rate_100x", "optimizer", "run", no_bug, overrides={"learning_rate": 0.25},
                what="a learning rate 100 times the tuned one"),
     PlantedBug("discount_ignored", "returns", "run", discount_ignored,
                what="returns summed without discounting (gamma taken as 1)"),

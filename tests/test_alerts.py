@@ -155,7 +155,7 @@ def test_prometheus_agrees_with_the_offline_evaluator_on_a_healthy_run(tmp_path)
 @pytest.mark.slow
 def test_prometheus_agrees_with_the_offline_evaluator_on_a_broken_run(tmp_path):
     # A learning rate 100x the default: most ratios leave the clip range on every update.
-    rows = _train(tmp_path, "lr", total_env_steps=200_000, learning_rate=0.025)
+    rows = _train(tmp_path, "lr", total_env_steps=120_000, learning_rate=0.25)
     table = promtool_test(rows, tmp_path)
     assert any(v for (rule, _), v in table.items() if rule == "RLPolicyStepsTooLarge"), \
         "the broken run must make an alert fire, or the comparison proves nothing"
