@@ -58,6 +58,7 @@ def save_checkpoint(archive: RunArchive, cfg, net, learner, tracker, telemetry) 
         "tracker": tracker.state(),
         "learner": {"samples_learned": learner.samples_learned, "updates": learner.updates,
                     "nonfinite_batches": learner.nonfinite_batches},
+        "learner_state": learner.extra_state(),  # the run's reward scale and noise-scale averages
         "rng": rng_state(net, learner),
         "telemetry": telemetry.state(),
     })
@@ -140,6 +141,8 @@ def restore(state: dict, net, learner, tracker) -> None:
     tracker.load_state(state["tracker"])
     for key, value in state["learner"].items():
         setattr(learner, key, value)
+    if "learner_state" in state:  # checkpoints written before it existed resume with fresh scales
+        learner.load_extra_state(state["learner_state"])
     restore_rng(state["rng"], net, learner)
 
 
