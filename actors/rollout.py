@@ -76,6 +76,12 @@ class Rollout:
         _LIVE.add(1)
         weakref.finalize(self, _LIVE.add, -1)
 
+    def __setstate__(self, state: dict) -> None:
+        # Unpickling (a rollout arriving from a Ray actor) skips __post_init__: count it here too,
+        # or the learner process of Ray mode would see none of the rollouts it holds.
+        self.__dict__.update(state)
+        self.__post_init__()
+
     @staticmethod
     def alive() -> int:
         """Rollouts of this process not yet garbage-collected."""

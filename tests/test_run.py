@@ -218,3 +218,18 @@ def test_actors_and_learner_import_no_telemetry_and_no_wiring(folder, allowed):
         bad = {n for n in ours if not any(n == a or n.startswith(a + ".") for a in allowed)}
         assert not bad, f"{folder}/{module} imports {sorted(bad)}; the wiring records what it returns instead"
         assert not {n for n in names if n.split(".")[0] in ("ray", "prometheus_client", "telemetry")}, module
+
+
+def test_a_rollout_that_arrives_pickled_counts_as_alive():
+    """Ray hands the learner unpickled rollouts: they count in Rollout.alive() like the ones built here."""
+    import gc
+    import pickle
+
+    gc.collect()
+    before = Rollout.alive()
+    original = rollout(2, age=1)
+    copy = pickle.loads(pickle.dumps(original))
+    assert copy.policy_age == 1 and Rollout.alive() == before + 2
+    del original, copy
+    gc.collect()
+    assert Rollout.alive() == before
