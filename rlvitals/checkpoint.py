@@ -117,7 +117,8 @@ def _check_network_fits(ckpt, state: dict) -> None:
     cfg = TrainConfig(**{k: v for k, v in state["config"].items() if k in known})
     cfg.hidden_sizes = tuple(cfg.hidden_sizes)
     obs_space, action_space = env_spaces(cfg)
-    now = {name: tuple(t.shape) for name, t in make_network(cfg, obs_space, action_space).state_dict().items()}
+    with torch.device("meta"):  # shapes only: no memory, no initialisation (seconds for wide layers)
+        now = {name: tuple(t.shape) for name, t in make_network(cfg, obs_space, action_space).state_dict().items()}
     then = {name: tuple(t.shape) for name, t in state["network"].items()}
     for name in sorted(set(now) | set(then)):
         if now.get(name) != then.get(name):
