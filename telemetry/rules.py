@@ -136,7 +136,8 @@ FRESH = S("staleness_batches") <= S("queue_capacity") + 1
 
 RULES: tuple[Rule, ...] = (
     # ------------------------------------------------------------------ fast: learning
-    Rule("RLPolicyEntropyCollapsed", S("relative_entropy") < 0.01, 15, "fast", "warning", "policy",
+    # Info only: where one action is right everywhere (a probe, a solved task) collapse is the optimum.
+    Rule("RLPolicyEntropyCollapsed", S("relative_entropy") < 0.01, 15, "fast", "info", "policy",
          "Policy entropy collapsed to under 1% of its maximum in run {{ $labels.run_id }}",
          "The policy is almost deterministic. Unless the task has one right action everywhere, it stopped "
          "exploring: check the entropy bonus (its sign and --entropy-coef), the reward scale, and the "

@@ -74,11 +74,11 @@ def test_healthy_run_raises_no_alarm_offline_or_in_prometheus(env, steps, overri
     assert not [v for v in found.verdicts if v.severity in LOUD], found.verdicts
     assert _loud_conditions_held(found.rows) == {}
     table = promtool_test(found.rows, tmp_path)
-    assert not any(table.values())
+    assert not [key for key, fires in table.items() if fires and BY_RULE[key[0]].severity in LOUD]
 
 
 def test_prometheus_fires_what_the_evaluator_fires_on_a_planted_bug(tmp_path):
     found = diagnose(tmp_path / "bug", bug=BY_BUG["value_head_no_gradient"], budget_s=60,
-                     stop_on_verdict=False, total_env_steps=60_000)
+                     stop_on_verdict=False, total_env_steps=150_000)
     table = promtool_test(found.rows, tmp_path)
     assert any(v for (rule, _), v in table.items() if rule == "RLValueGetsNoGradient")
