@@ -78,9 +78,26 @@ def build_parser() -> Parser:
     runs.add_argument("--top", type=int, default=0, help="show only the first N rows")
     runs.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
 
-    doctor = sub.add_parser("doctor", help="run the probe-environment ladder and name the broken component")
-    doctor.add_argument("--seed", type=int, default=0)
-    doctor.add_argument("--keep", metavar="DIR", help="keep the probe runs under DIR instead of a temp dir")
+    doctor = sub.add_parser("doctor", help="run the probe ladder and name the broken component from the whole "
+                                           "pass/fail pattern (exit 0 healthy, 1 findings, 2 bad input)")
+    doctor.add_argument("--seed", type=int, default=0, help="seed of every probe run (>= 0)")
+    doctor.add_argument("--keep", metavar="DIR",
+                        help="keep the probe runs under DIR (new or empty) instead of a temp dir")
+    doctor.add_argument("--config", metavar="FILE",
+                        help="YAML file as `train --config` takes: run the ladder with its learning settings too and "
+                             "report where they and the reference settings differ")
+    doctor.add_argument("--ray", action="store_true",
+                        help="also run probe 5 with one Ray actor, asynchronous (weights must follow the learner) and "
+                             "synchronous (must replay local mode)")
+    doctor.add_argument("--env", metavar="ENV",
+                        help="check this env (gymnasium id or module:EnvId) with the random and fixed probe agents "
+                             "instead of running the ladder (add --config to run the ladder too)")
+    doctor.add_argument("--max-episode-steps", type=int, metavar="N",
+                        help="with --env: steps within which every episode must end (default: the env's time limit, "
+                             "else 10000)")
+    doctor.add_argument("--json", action="store_true",
+                        help="print only the findings, as a JSON list of verdicts (rule, severity, component, "
+                             "first_seconds, first_update, message)")
 
     report = sub.add_parser("report", help="write one offline HTML page of one or more runs (overlaid)")
     report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (running, crashed or done)")
@@ -261,9 +278,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from .doctor import run_doctor
+    from .doctor.command import run_command
 
-    return 0 if run_doctor(seed=args.seed, keep=args.keep) else 1
+    return run_command(args)
 
 
 def cmd_dashboards(args: argparse.Namespace) -> int:

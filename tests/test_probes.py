@@ -1,156 +1,192 @@
-"""The probe ladder: every probe is learned, `rlvitals doctor` says so, and the doctor can fail.
+"""The probe environments are what the pattern table assumes they are, and the checker can say no.
 
-Training the five probes takes ~20 s of one core, so it is done once: this
-module starts `rlvitals doctor --keep DIR` in the background when it starts
-(the doctor trains each probe with `run_probe` and keeps its run directory),
-runs the in-process negative control on the other core meanwhile, and then
-checks every kept network independently of the doctor's own verdict.
+These are env-level facts, checked by stepping each probe through the real env
+runner (no training): which observations change, what the terminal observation
+is, what the rewards are, where a time limit cuts. The doctor's reasoning
+(docs/doctor.md) rests on them. Training the probes is tests/test_doctor.py's job.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import io
-import shutil
-import subprocess
-import sys
-from dataclasses import dataclass
-from pathlib import Path
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
-from rlvitals import doctor
-from rlvitals.actors.probes import PROBES
-from rlvitals.doctor import PROBABILITY_TOLERANCE, VALUE_TOLERANCE, check_probe, probe_config, run_doctor
-from rlvitals.evaluate import load_network
+from rlvitals.actors.agents import FixedActionAgent, RandomAgent
+from rlvitals.actors.probes import PROBES, REFERENCE_GAMMA, TIME_LIMIT, gamma_env_id, time_limit_env_id
+from rlvitals.actors.runner import EnvRunner
+from rlvitals.doctor import PROBABILITY_TOLERANCE, VALUE_TOLERANCE, check_probe, probe_config
+from rlvitals.doctor.ladder import UNIFORM_TOLERANCE, evaluate
 
-RLVITALS = str(Path(sys.executable).with_name("rlvitals")) if Path(sys.executable).with_name("rlvitals").exists() \
-    else shutil.which("rlvitals")
-DOCTOR_FIXTURE = "doctor_run"
-
-
-@dataclass
-class DoctorRun:
-    proc: subprocess.Popen | None
-    keep: Path
-    returncode: int | None = None
-    stdout: str = ""
-    stderr: str = ""
-
-    def wait(self) -> "DoctorRun":
-        if self.proc is not None and self.returncode is None:
-            try:
-                self.stdout, self.stderr = self.proc.communicate(timeout=300)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.stdout, self.stderr = self.proc.communicate()
-            self.returncode = self.proc.returncode
-        return self
+BY_NAME = {p.name: p for p in PROBES}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _doctor_in_background(request, tmp_path_factory):
-    """Start `rlvitals doctor` as the module starts, when a selected test needs it."""
-    keep = tmp_path_factory.mktemp("doctor-keep")
-    proc = None
-    if any(DOCTOR_FIXTURE in getattr(item, "fixturenames", ()) for item in request.session.items):
-        proc = subprocess.Popen([RLVITALS, "doctor", "--seed", "0", "--keep", str(keep)], cwd=keep, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    run = DoctorRun(proc, keep)
-    yield run
-    if proc is not None and proc.poll() is None:
-        proc.kill()
-        proc.communicate()
+def rollout_of(env_id: str, steps: int = 64, num_envs: int = 4, agent: str = "random", seed: int = 0):
+    runner = EnvRunner(env_id, num_envs, seed)
+    try:
+        policy = RandomAgent(runner.action_space, seed) if agent == "random" else \
+            FixedActionAgent(runner.action_space, int(agent))
+        return runner.collect(policy, steps)
+    finally:
+        runner.close()
 
 
-@pytest.fixture
-def doctor_run(_doctor_in_background) -> DoctorRun:
-    run = _doctor_in_background.wait()
-    assert run.proc is not None
-    return run
-
-
-def _probe_id(probe) -> str:
-    return probe.env_id.split("/")[-1]
+def episodes(rollout):
+    """Per env: list of episodes, each a list of (obs acted on, reward, obs returned, terminated, truncated)."""
+    out = []
+    obs, valid = rollout.obs[..., 0].numpy(), rollout.valid.numpy()
+    for i in range(rollout.num_envs):
+        eps, current = [], []
+        for t in range(rollout.num_steps):
+            if not valid[t, i]:
+                continue
+            current.append((obs[t, i], float(rollout.rewards[t, i]), obs[t + 1, i],
+                            bool(rollout.terminated[t, i]), bool(rollout.truncated[t, i])))
+            if rollout.terminated[t, i] or rollout.truncated[t, i]:
+                eps.append(current)
+                current = []
+        out.append(eps)
+    return out
 
 
 def test_probe_specs_are_decisive():
-    assert [p.env_id for p in PROBES] == [f"rlvitals/Probe{k}-v0" for k in range(1, 6)]
+    assert [p.name for p in PROBES] == [f"P{k}" for k in range(1, 10)]
     for probe in PROBES:
-        assert len(probe.observations) == len(probe.values) == len(probe.best_actions)
+        assert len(probe.observations) == len(probe.best_actions)
+        assert len(probe.values) in (0, len(probe.observations))
+        assert probe.values or probe.uniform_policy, f"{probe.name} checks nothing"
         assert probe.implicates
-    assert "discounting" in PROBES[1].implicates
-    # probe 2's first value is gamma: the probe gamma must be far enough from 1 for a wrong one to show
+    # probe 2's first value is gamma: the reference gamma must be far enough from 1 for a wrong one to show
     assert 1.0 - probe_config(PROBES[1].env_id, 0, "unused").gamma > VALUE_TOLERANCE
+    assert probe_config("x", 0, "unused").anneal_lr is False
 
 
-@pytest.mark.slow
-def test_doctor_names_discounting_when_the_learner_ignores_gamma(monkeypatch, tmp_path):
-    """Negative control: a learner that never discounts must fail probe 2 and be blamed on discounting."""
-    from rlvitals.learner import ppo
-
-    real_vtrace = ppo.vtrace
-    signature = inspect.signature(real_vtrace)
-
-    def undiscounted_vtrace(*args, **kwargs):
-        bound = signature.bind(*args, **kwargs)
-        bound.arguments["gamma"] = 1.0
-        return real_vtrace(*bound.args, **bound.kwargs)
-
-    monkeypatch.setattr(ppo, "vtrace", undiscounted_vtrace)
-    monkeypatch.setattr(doctor, "PROBES", PROBES[:2])  # probe 1 must still pass, probe 2 must not
-    out = io.StringIO()
-    assert run_doctor(seed=0, keep=str(tmp_path), stream=out) is False
-    lines = out.getvalue().splitlines()
-    assert lines[0].startswith("PASS  rlvitals/Probe1-v0"), lines
-    assert lines[1].startswith("FAIL  rlvitals/Probe2-v0") and "<-- wrong" in lines[1], lines
-    assert lines[-1] == "first failing probe: rlvitals/Probe2-v0: suspect reward discounting"
-    assert "all probes pass" not in out.getvalue()
-    # the network really learned the undiscounted value, which check_probe rejects for gamma 0.9
-    _, net = load_network(str(tmp_path / "rlvitals-Probe2-v0"))
-    ok, details = check_probe(PROBES[1], net, 0.9)
-    assert not ok and "V(+0)=1.0" in details[0] and "<-- wrong" in details[0]
+@pytest.mark.parametrize("name", ["P1", "P4", "P7", "P8", "P9"])
+def test_constant_observation_probes_only_ever_show_zero(name):
+    rollout = rollout_of(BY_NAME[name].env_id)
+    assert rollout.obs.abs().max() == 0
 
 
-@pytest.mark.slow
-def test_doctor_command_passes(doctor_run):
-    assert doctor_run.returncode == 0, doctor_run.stdout + doctor_run.stderr
-    assert "Traceback" not in doctor_run.stderr
-    lines = doctor_run.stdout.splitlines()
-    assert [line.split()[:2] for line in lines[:len(PROBES)]] == [["PASS", p.env_id] for p in PROBES]
-    assert lines[-1].startswith("all probes pass")
+@pytest.mark.parametrize("name, fresh", [("P3", True), ("P5", True), ("P6", False)])
+def test_terminal_observation_is_fresh_or_held(name, fresh):
+    """P3 and P5 draw the terminal observation afresh; P6 returns the observation it held."""
+    eps = [e for env in episodes(rollout_of(BY_NAME[name].env_id, steps=200)) for e in env]
+    assert len(eps) > 300 and all(len(e) == 1 and e[0][3] for e in eps)
+    same = np.mean([e[0][0] == e[0][2] for e in eps])
+    if fresh:
+        assert 0.35 < same < 0.65, same      # independent signs: equal about half the time
+    else:
+        assert same == 1.0
+    assert {float(e[0][0]) for e in eps} == {-1.0, 1.0}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("probe", PROBES, ids=_probe_id)
-def test_probe_is_learned(doctor_run, probe):
-    """run_probe's network for each probe (kept by the doctor) has the exact values and best actions."""
-    run_dir = doctor_run.keep / probe.env_id.replace("/", "-")
-    assert (run_dir / "checkpoints" / "latest.pt").is_file(), doctor_run.stdout + doctor_run.stderr
-    cfg, net = load_network(str(run_dir))
-    assert cfg.env == probe.env_id and cfg.total_env_steps == probe_config(probe.env_id, 0, "").total_env_steps
+def test_observation_reward_probes_pay_the_observation():
+    for name in ("P3", "P6"):
+        for env in episodes(rollout_of(BY_NAME[name].env_id)):
+            for (o, r, *_), in env:
+                assert r == o
 
-    ok, details = check_probe(probe, net, cfg.gamma)
-    assert ok, f"{probe.env_id}: {'; '.join(details)}"
 
-    # The same criteria computed here, so a check_probe that always passed would be caught.
-    obs = torch.tensor([[o] for o in probe.observations], dtype=torch.float32)
-    with torch.no_grad():
-        params, values = net(obs)
-    probs = torch.softmax(params, -1)
-    for i, o in enumerate(probe.observations):
-        expected = probe.values[i] if probe.values[i] is not None else cfg.gamma
-        assert abs(float(values[i]) - expected) <= 0.05, f"V({o}) = {float(values[i])}, want {expected}"
-        if probe.best_actions[i] is not None:
-            assert float(probs[i, probe.best_actions[i]]) >= 0.95, f"pi(a={probe.best_actions[i]}|{o})"
-    assert VALUE_TOLERANCE == 0.05 and PROBABILITY_TOLERANCE == 0.05
+@pytest.mark.parametrize("action, reward", [(0, -1.0), (1, 1.0)])
+def test_action_probe_rewards(action, reward):
+    rollout = rollout_of(BY_NAME["P4"].env_id, agent=str(action))
+    assert rollout.rewards[rollout.valid].eq(reward).all()
+    # P5 pays +1 only where the action matches the sign of the observation
+    for env in episodes(rollout_of(BY_NAME["P5"].env_id, agent=str(action))):
+        for (o, r, *_), in env:
+            assert r == (1.0 if (action == 1) == (o > 0) else -1.0)
 
-    # check_probe must reject the same network against a wrong answer
-    if probe.env_id.endswith("Probe2-v0"):
-        assert not check_probe(probe, net, 1.0)[0]
-    if any(a is not None for a in probe.best_actions):
-        flipped = dataclasses.replace(probe, best_actions=tuple(None if a is None else 1 - a
-                                                                for a in probe.best_actions))
-        assert not check_probe(flipped, net, cfg.gamma)[0]
+
+def test_indifferent_probe_pays_at_random_whatever_the_action():
+    by_action = {}
+    for action in (0, 1):
+        rollout = rollout_of(BY_NAME["P8"].env_id, steps=400, agent=str(action))
+        by_action[action] = rollout.rewards[rollout.valid].numpy()
+    for rewards in by_action.values():
+        assert set(np.unique(rewards)) == {-1.0, 1.0}
+        assert abs(rewards.mean()) < 0.1
+
+
+def test_discount_probe_pays_at_the_end_of_two_steps():
+    for env in episodes(rollout_of(BY_NAME["P2"].env_id)):
+        for ep in env:
+            assert [(o, r, term) for o, r, _, term, _ in ep] == [(0.0, 0.0, False), (1.0, 1.0, True)]
+
+
+@pytest.mark.parametrize("gamma", [REFERENCE_GAMMA, 0.99, 0.0])
+def test_time_limit_probe_is_truncated_never_terminated_and_pays_one_minus_gamma(gamma):
+    env_id = time_limit_env_id(gamma)
+    assert gym.spec(env_id).max_episode_steps == TIME_LIMIT
+    eps = [e for env in episodes(rollout_of(env_id, steps=40)) for e in env]
+    assert eps and all(len(e) == TIME_LIMIT for e in eps)
+    for ep in eps:
+        assert not any(step[3] for step in ep)                 # never terminated
+        assert [step[4] for step in ep] == [False] * (TIME_LIMIT - 1) + [True]
+        assert all(step[1] == pytest.approx(1.0 - gamma) for step in ep)
+    # V = sum_k gamma^k (1 - gamma) = 1; cut at the limit without bootstrap it would be far less
+    assert sum(gamma ** k * (1 - gamma) for k in range(10_000)) == pytest.approx(1.0, abs=1e-6)
+    assert time_limit_env_id(gamma) == env_id                  # registered once
+
+
+@pytest.mark.parametrize("gamma", [REFERENCE_GAMMA, 0.99])
+def test_endless_probe_never_ends_and_pays_one_minus_gamma(gamma):
+    env_id = gamma_env_id(BY_NAME["P9"].env_id, gamma)
+    assert gym.spec(env_id).max_episode_steps is None
+    rollout = rollout_of(env_id, steps=300)
+    assert rollout.valid.all() and not rollout.terminated.any() and not rollout.truncated.any()
+    assert torch.allclose(rollout.rewards, torch.full_like(rollout.rewards, 1.0 - gamma))
+
+
+class FixedNet(torch.nn.Module):
+    """A stand-in network with chosen outputs: (logits, values) per observation in probe order."""
+
+    def __init__(self, probe, values, probs):
+        super().__init__()
+        self.table = {o: (v, p) for o, v, p in zip(probe.observations, values, probs, strict=True)}
+
+    def forward(self, obs):
+        rows = [self.table[float(o)] for o in obs[:, 0]]
+        values = torch.tensor([v for v, _ in rows])
+        logits = torch.log(torch.tensor([p for _, p in rows]).clamp_min(1e-12))
+        return logits, values
+
+
+def test_checker_accepts_exact_answers_and_rejects_wrong_ones():
+    p2 = BY_NAME["P2"]
+    exact = FixedNet(p2, [REFERENCE_GAMMA, 1.0], [[1.0], [1.0]])
+    assert check_probe(p2, exact, REFERENCE_GAMMA)[0]
+    assert not check_probe(p2, exact, 1.0)[0]                  # gamma ignored: V(first) would be 1
+    off = FixedNet(p2, [REFERENCE_GAMMA + 2 * VALUE_TOLERANCE, 1.0], [[1.0], [1.0]])
+    ok, details = check_probe(p2, off, REFERENCE_GAMMA)
+    assert not ok and "<-- wrong" in details[0]
+
+    p5 = BY_NAME["P5"]
+    good = FixedNet(p5, [1.0, 1.0], [[1.0, 0.0], [0.0, 1.0]])
+    assert check_probe(p5, good, REFERENCE_GAMMA)[0]
+    flipped = dataclasses.replace(p5, best_actions=(1, 0))
+    assert not check_probe(flipped, good, REFERENCE_GAMMA)[0]
+    # V must be the value of the policy learned: pi(correct) = 0.97 earns 0.94 on average, not 1
+    hedged = FixedNet(p5, [0.94, 0.94], [[0.97, 0.03], [0.03, 0.97]])
+    assert check_probe(p5, hedged, REFERENCE_GAMMA)[0]
+    unsure = FixedNet(p5, [1.0, 1.0], [[1.0 - 2 * PROBABILITY_TOLERANCE, 2 * PROBABILITY_TOLERANCE], [0.0, 1.0]])
+    assert not check_probe(p5, unsure, REFERENCE_GAMMA)[0]
+
+    p8 = BY_NAME["P8"]
+    assert check_probe(p8, FixedNet(p8, [0.0], [[0.5, 0.5]]), REFERENCE_GAMMA)[0]
+    lean = 0.5 + UNIFORM_TOLERANCE + 0.01
+    checks, _, _ = evaluate(p8, FixedNet(p8, [0.0], [[1 - lean, lean]]), REFERENCE_GAMMA)
+    assert checks == {"pi": False}
+
+
+def test_reward_check_and_frozen_value_are_told_apart():
+    p1 = BY_NAME["P1"]
+    zero = FixedNet(p1, [0.0], [[1.0]])
+    checks, frozen, details = evaluate(p1, zero, REFERENCE_GAMMA, initial=zero)
+    assert checks == {"V": False, "r": False} and frozen and "no reward reached the learner" in details[-1]
+    half = FixedNet(p1, [0.5], [[1.0]])
+    checks, frozen, _ = evaluate(p1, half, REFERENCE_GAMMA, initial=zero)
+    assert checks == {"V": False, "r": True} and not frozen
+    assert evaluate(p1, FixedNet(p1, [1.0], [[1.0]]), REFERENCE_GAMMA, initial=zero)[0] == {"V": True, "r": True}

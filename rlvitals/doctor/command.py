@@ -1,0 +1,55 @@
+"""The `rlvitals doctor` command: its inputs checked before anything runs, then the doctor, then the exit code.
+
+Exit codes: 0 healthy, 1 findings, 2 bad input (one line naming the value and what is accepted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from ..config import ConfigError
+
+
+def request_from_args(args: argparse.Namespace):
+    """A DoctorRequest from the parsed flags; ConfigError (or EnvError) for any bad input, nothing written."""
+    from rlvitals.actors.envs import resolve_env_id
+
+    from ..config import build_config
+    from .main import DoctorRequest
+
+    if args.seed < 0:
+        raise ConfigError(f"--seed={args.seed} is invalid: expected an integer >= 0")
+    if args.max_episode_steps is not None:
+        if args.env is None:
+            raise ConfigError(f"--max-episode-steps={args.max_episode_steps} is invalid without --env: it bounds the "
+                              "episodes of the env being checked")
+        if args.max_episode_steps <= 0:
+            raise ConfigError(f"--max-episode-steps={args.max_episode_steps} is invalid: expected an integer > 0")
+    if args.keep is not None:
+        keep = Path(args.keep)
+        if keep.exists() and (not keep.is_dir() or any(keep.iterdir())):
+            raise ConfigError(f"--keep={args.keep!r} is invalid: it already exists and is not empty; expected a new "
+                              "or empty directory")
+        parent = next((p for p in keep.absolute().parents if p.exists()), Path("."))
+        if not os.access(keep if keep.exists() else parent, os.W_OK):
+            raise ConfigError(f"--keep={args.keep!r} is invalid: {str(parent)!r} is not writable")
+    config = build_config(args.config, {}) if args.config else None
+    env = resolve_env_id(args.env) if args.env is not None else None
+    return DoctorRequest(seed=args.seed, keep=args.keep, config=config, ray=args.ray, env=env,
+                         max_episode_steps=args.max_episode_steps,
+                         ladder=env is None or config is not None)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    request = request_from_args(args)
+    from .main import run_doctor, verdicts_json
+
+    if request.keep is not None:
+        Path(request.keep).mkdir(parents=True, exist_ok=True)
+    verdicts = run_doctor(request, stream=sys.stdout, quiet=args.json)
+    if args.json:
+        print(verdicts_json(verdicts))
+    return 1 if verdicts else 0
