@@ -13,11 +13,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import spread, write_result  # noqa: E402
-
-from rlvitals.archive import RunArchive  # noqa: E402
-from rlvitals.config import TrainConfig  # noqa: E402
-from rlvitals.training import train_local  # noqa: E402
+from common import spread, write_result
+from rlvitals.archive import RunArchive
+from rlvitals.config import TrainConfig
+from rlvitals.training import train_local
 
 
 def run(seed: int, parent: str) -> dict:
@@ -38,7 +37,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         runs = [run(seed, tmp) for seed in args.seeds]
-    for seed, s in zip(args.seeds, runs):
+    for seed, s in zip(args.seeds, runs, strict=True):
         print(f"seed {seed}: {s['seconds_to_threshold']} s to 475 ({s['env_steps_to_threshold']} steps), "
               f"{s['env_steps_per_second']:.0f} steps/s")
     figures = {
@@ -48,7 +47,7 @@ def main() -> None:
         "solved_runs": sum(r["seconds_to_threshold"] is not None for r in runs),
         "per_seed": [{"seed": s, **{k: r[k] for k in ("seconds_to_threshold", "env_steps_to_threshold",
                                                       "env_steps_per_second", "mean_return_last_100")}}
-                     for s, r in zip(args.seeds, runs)],
+                     for s, r in zip(args.seeds, runs, strict=True)],
     }
     cfg = TrainConfig().to_dict()
     print(write_result("cartpole_local", {"env": "CartPole-v1", "mode": "local", **cfg}, figures))

@@ -27,10 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import numpy as np  # noqa: E402
-from common import spread, write_result  # noqa: E402
+import numpy as np
 
-from rlvitals.config import TrainConfig, coerce  # noqa: E402
+from common import spread, write_result
+from rlvitals.config import TrainConfig, coerce
 
 SCENARIOS = ("env-limit", "pipeline-ceiling", "train-throughput", "telemetry-overhead", "time-to-score")
 THRESHOLDS = {"CartPole-v1": 475.0, "ALE/Pong-v5": 18.0}
@@ -43,10 +43,10 @@ def env_slug(env: str) -> str:
 
 
 def is_atari(env: str) -> bool:
+    import gymnasium as gym
+
     from rlvitals.actors.atari import is_atari as spec_is_atari
     from rlvitals.actors.envs import resolve_env_id
-
-    import gymnasium as gym
 
     return spec_is_atari(gym.spec(resolve_env_id(env)))
 
@@ -106,7 +106,7 @@ def env_limit(args) -> tuple[dict, dict]:
     from rlvitals.actors.envs import make_vector_env
 
     num_envs = train_fields(args).get("num_envs", TrainConfig.num_envs)
-    rates, frames = [], []
+    rates = []
     for rep in range(args.repeats):
         env = make_vector_env(args.env, num_envs)
         try:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import spread, write_result  # noqa: E402
+from common import spread, write_result
 
 VARIANTS = ("before", "after")
 GRID = 20_000   # env steps between points of the reported curve

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import spread, write_result  # noqa: E402
+from common import spread, write_result
 
 STEPS = re.compile(rb"^rlvitals_actor_env_steps_total (\S+)$", re.M)
 

@@ -20,12 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import spread, write_result  # noqa: E402
-
-from rlvitals.archive import RunArchive  # noqa: E402
-from rlvitals.config import TrainConfig  # noqa: E402
-from rlvitals.telemetry.process import ProcessTelemetry  # noqa: E402
-from rlvitals.training import train_local  # noqa: E402
+from common import spread, write_result
+from rlvitals.archive import RunArchive
+from rlvitals.config import TrainConfig
+from rlvitals.telemetry.process import ProcessTelemetry
+from rlvitals.training import train_local
 
 LEVELS = ("off", "minimal", "standard", "debug")
 
@@ -87,7 +86,9 @@ def measure(repeats: int, steps: int, env: str = "CartPole-v1", overrides: dict 
         _, telemetry = one_run("standard", steps // 4, tmp, "scrape", env, overrides)
         scrape = scrape_latency(telemetry)  # of an endpoint holding a real run's metrics
         telemetry.stop()
-    ratios = {level: [t / o for t, o in zip(throughput[level], throughput["off"])] for level in LEVELS[1:]}
+    # Every repeat ran every level once, so each level's list pairs up with "off" one to one.
+    ratios = {level: [t / o for t, o in zip(throughput[level], throughput["off"], strict=True)]
+              for level in LEVELS[1:]}
     figures = {
         "env_steps_per_second": {level: spread(v) for level, v in throughput.items()},
         "throughput_loss_vs_off": {level: 1 - statistics.median(r) for level, r in ratios.items()},

@@ -134,7 +134,8 @@ class GradientNoiseScale:
         self.trace_ema = None
         self.sqnorm_ema = None
 
-    def update(self, small_sqnorm: torch.Tensor, big_sqnorm: torch.Tensor, b_small: float, b_big: float) -> torch.Tensor:
+    def update(self, small_sqnorm: torch.Tensor, big_sqnorm: torch.Tensor, b_small: float,
+               b_big: float) -> torch.Tensor:
         if b_big <= b_small:
             return torch.tensor(NAN, device=small_sqnorm.device)
         g2 = (b_big * big_sqnorm - b_small * small_sqnorm) / (b_big - b_small)

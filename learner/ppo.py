@@ -367,7 +367,7 @@ def _to_host(scalars: dict, vectors: dict) -> dict:
     names = list(scalars)
     parts = [torch.stack([scalars[k].float() for k in names])] + [v.float().reshape(-1) for v in vectors.values()]
     host = torch.cat(parts).tolist()
-    out = dict(zip(names, host[: len(names)]))
+    out = dict(zip(names, host[: len(names)], strict=True))
     offset = len(names)
     for key, v in vectors.items():
         out[key] = host[offset: offset + v.numel()]

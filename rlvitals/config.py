@@ -10,7 +10,7 @@ import ast
 import dataclasses
 import inspect
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_type_hints
 
@@ -55,7 +55,8 @@ class TrainConfig:
 
     # --- Ray mode ---
     address: str = ""
-    """Ray cluster to join: empty starts a private Ray on this machine (loopback only); `auto` or host:port joins one."""
+    """Ray cluster to join: empty starts a private Ray on this machine (loopback only); `auto` or host:port
+    joins one."""
     num_actors: int = 0
     """Ray actors stepping envs; 0 means one per CPU of the cluster, less one for the learner (at least 1)."""
     actor_cpus: float = 1.0
@@ -63,7 +64,8 @@ class TrainConfig:
     actor_gpus: float = 0.0
     """GPUs reserved per Ray actor (for GPU envs or GPU inference)."""
     actor_resources: str = ""
-    """Ray mode: custom Ray resources reserved per actor, as name=amount pairs joined by commas (e.g. `actor=1`), so actors run only on nodes that advertise them (the cluster files in deploy/ give CPU workers `actor`)."""
+    """Ray mode: custom Ray resources reserved per actor, as name=amount pairs joined by commas (e.g. `actor=1`),
+    so actors run only on nodes that advertise them (the cluster files in deploy/ give CPU workers `actor`)."""
     sync: bool = False
     """Ray mode: every round, all actors act with the newest weights and the learner waits for all of them."""
     rollouts_in_flight: int = 2
@@ -119,7 +121,8 @@ class TrainConfig:
     metrics_port: int = 0
     """Port of this process's /metrics endpoint; 0 picks a free one."""
     metrics_host: str = "127.0.0.1"
-    """Address the /metrics endpoints bind to: loopback unless you mean to expose them; `node` binds each process to its node's IP (for Prometheus on a cluster head)."""
+    """Address the /metrics endpoints bind to: loopback unless you mean to expose them; `node` binds each process
+    to its node's IP (for Prometheus on a cluster head)."""
     run_dir: str = ""
     """Directory of this run's archive; empty means runs/<env>-<time>-s<seed>."""
     log_interval_seconds: float = 0.5
@@ -137,7 +140,8 @@ class TrainConfig:
     progress: bool = True
     """Show the live progress line in the terminal."""
     tensorboard: bool = False
-    """Also write TensorBoard event files into the run directory, one event per metrics row (`tensorboard --logdir runs`)."""
+    """Also write TensorBoard event files into the run directory, one event per metrics row
+    (`tensorboard --logdir runs`)."""
 
     # ---------------------------------------------------------------- derived
     @property
@@ -150,7 +154,7 @@ class TrainConfig:
         return out
 
     # ------------------------------------------------------------- validation
-    def validate(self) -> "TrainConfig":
+    def validate(self) -> TrainConfig:
         """Raise ConfigError naming the first bad value; return self when all are good."""
         _choice("mode", self.mode, MODES)
         _choice("agent", self.agent, AGENTS)
@@ -181,7 +185,8 @@ class TrainConfig:
             if not (0.0 <= value <= 1.0):
                 raise ConfigError(f"{name}={value!r} is invalid: expected a number in [0, 1]")
         if not self.hidden_sizes or any(int(h) <= 0 for h in self.hidden_sizes):
-            raise ConfigError(f"hidden_sizes={list(self.hidden_sizes)!r} is invalid: expected one or more positive integers")
+            raise ConfigError(
+                f"hidden_sizes={list(self.hidden_sizes)!r} is invalid: expected one or more positive integers")
         if self.batch_size % self.num_minibatches:
             raise ConfigError(
                 f"num_minibatches={self.num_minibatches} is invalid: it must divide the batch "
@@ -234,7 +239,7 @@ def field_docs(cls: type = TrainConfig) -> dict[str, str]:
     tree = ast.parse(inspect.getsource(cls))
     body = tree.body[0].body  # type: ignore[attr-defined]
     docs: dict[str, str] = {}
-    for node, following in zip(body, body[1:]):
+    for node, following in zip(body, body[1:], strict=False):  # each statement with the one after it
         if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
                 and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
                 and isinstance(following.value.value, str)):

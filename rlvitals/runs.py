@@ -89,4 +89,4 @@ def format_table(table: list[dict]) -> str:
 
     grid = [columns] + [[cell(r[c]) for c in columns] for r in table]
     widths = [max(len(row[i]) for row in grid) for i in range(len(columns))]
-    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in grid)
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in grid)

@@ -111,7 +111,8 @@ METRICS: tuple[Metric, ...] = (
     _stats("rlvitals_learner_value_target", "learner", "standard", "none",
            "Value targets (V-trace) over the batch: min, max, mean, std. Healthy: inside +-r_max / (1 - gamma) "
            "for the env's reward scale r_max (rlvitals_learner_value_target_scale_ratio says how far); "
-           "|targets| in the hundreds are fine for gamma 0.99 and +1 rewards. Beyond it: check discounting.", "target_{stat}"),
+           "|targets| in the hundreds are fine for gamma 0.99 and +1 rewards. Beyond it: check discounting.",
+           "target_{stat}"),
     _stats("rlvitals_learner_value", "learner", "standard", "none",
            "Value predictions over the batch: min, max, mean, std. Healthy: close to the value-target "
            "distribution; persistently different means the value net struggles. Negative values in an env "

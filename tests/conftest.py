@@ -42,7 +42,7 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
             return response.status, response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
-    except (urllib.error.URLError, ConnectionError, TimeoutError, socket.timeout):
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
         return 0, b""
 
 

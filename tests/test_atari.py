@@ -102,7 +102,7 @@ def test_random_agent_rollouts_through_the_runner_are_sane():
     rewards = torch.cat([r.rewards for r in rollouts])
     assert set(rewards.unique().tolist()) <= {-1.0, 0.0, 1.0} and rewards.abs().sum() > 0, \
         "1,200 random Pong steps lose some points"
-    for before, after in zip(rollouts, rollouts[1:]):
+    for before, after in zip(rollouts, rollouts[1:], strict=False):
         assert torch.equal(before.obs[-1], after.obs[0]), "rollouts continue where the last one stopped"
     for r in rollouts:
         assert r.obs.dtype == torch.uint8 and r.obs.shape == (101, 4, 4, 84, 84)

@@ -218,10 +218,10 @@ def plots_in(html: str) -> int:
 
 
 def report(*args) -> tuple[int, str, str]:
-    from rlvitals.cli import main
-
     import io
     from contextlib import redirect_stderr, redirect_stdout
+
+    from rlvitals.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):

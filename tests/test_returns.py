@@ -51,7 +51,7 @@ def _segment_end(s, done, valid):
 def _deltas(values, next_values, rewards, terminated, gamma):
     # delta_t = r_t + gamma * (1 - term_t) * V(x_{t+1}) - V(x_t)
     return [r + gamma * (0.0 if term else nv) - v
-            for v, nv, r, term in zip(values, next_values, rewards, terminated)]
+            for v, nv, r, term in zip(values, next_values, rewards, terminated, strict=True)]
 
 
 def ref_returns_column(rewards, next_values, terminated, done, valid, gamma):
@@ -80,7 +80,7 @@ def ref_gae_column(values, next_values, rewards, terminated, done, valid, gamma,
             out.append(0.0)
             continue
         e = _segment_end(s, done, valid)
-        out.append(sum((gamma * lam) ** l * delta[s + l] for l in range(e - s + 1)))
+        out.append(sum((gamma * lam) ** k * delta[s + k] for k in range(e - s + 1)))
     return out
 
 
@@ -144,12 +144,12 @@ def ref_lambda_return_gae_column(values, next_values, rewards, terminated, done,
         e = _segment_end(s, done, valid)
         L = e - s + 1
 
-        def n_step(n):
+        def n_step(s, n):
             last = s + n - 1
             g = sum(gamma ** k * rewards[s + k] for k in range(n))
             return g + (0.0 if terminated[last] else gamma ** n * next_values[last])
 
-        g_lam = (1 - lam) * sum(lam ** (n - 1) * n_step(n) for n in range(1, L)) + lam ** (L - 1) * n_step(L)
+        g_lam = (1 - lam) * sum(lam ** (n - 1) * n_step(s, n) for n in range(1, L)) + lam ** (L - 1) * n_step(s, L)
         out.append(g_lam - values[s])
     return out
 
@@ -433,7 +433,7 @@ def rllib_from_importance_weights():
     try:
         from ray.rllib.algorithms.impala.vtrace_torch import from_importance_weights
         return from_importance_weights
-    except Exception:  # noqa: BLE001 - any import failure means: read the file instead
+    except Exception:  # any import failure means: read the file instead
         pass
     spec = importlib.util.find_spec("ray")
     path = Path(spec.origin).parent / "rllib" / "algorithms" / "impala" / "vtrace_torch.py" if spec else None
@@ -445,7 +445,7 @@ def rllib_from_importance_weights():
         pytest.skip(f"{path} has no from_importance_weights")
     namespace = {"torch": torch, "VTraceReturns": namedtuple("VTraceReturns", "vs pg_advantages"),
                  "convert_to_torch_tensor": lambda x, device=None: torch.as_tensor(x, device=device)}
-    exec(compile(ast.Module(body=fns, type_ignores=[]), str(path), "exec"), namespace)  # noqa: S102
+    exec(compile(ast.Module(body=fns, type_ignores=[]), str(path), "exec"), namespace)
     return namespace["from_importance_weights"]
 
 
@@ -479,11 +479,11 @@ def test_vtrace_matches_rllib(seed, rho_clip, log_rho_scale):
     stretches = 0
     for n in range(N):
         for s, e in _segments(d["done"][:, n].tolist(), d["valid"][:, n].tolist()):
-            part = lambda k: d[k][s:e + 1, n:n + 1]  # noqa: E731
-            discounts = gamma * (~part("terminated")).to(F64)
-            out = fiw(part("log_rhos"), discounts, part("rewards"), part("values"), d["next_values"][e, n:n + 1],
+            part = {k: d[k][s:e + 1, n:n + 1] for k in ("terminated", "log_rhos", "rewards", "values")}
+            discounts = gamma * (~part["terminated"]).to(F64)
+            out = fiw(part["log_rhos"], discounts, part["rewards"], part["values"], d["next_values"][e, n:n + 1],
                       clip_rho_threshold=clip, clip_pg_rho_threshold=clip)
-            pg_rho = part("log_rhos").exp().clamp(max=rho_clip)
+            pg_rho = part["log_rhos"].exp().clamp(max=rho_clip)
             close(vs[s:e + 1, n:n + 1], out.vs, atol=1e-9, rtol=1e-9)
             close(adv[s:e + 1, n:n + 1] * pg_rho, out.pg_advantages, atol=1e-9, rtol=1e-9)
             stretches += 1
@@ -665,7 +665,7 @@ def test_rewards_only_reach_earlier_steps_of_their_own_episode(seed, with_valid)
     jac = torch.autograd.functional.jacobian(
         lambda r: tuple(outputs(r)[k] for k in names), d["rewards"], vectorize=True)
     done, valid_l = d["done"].tolist(), valid.tolist()
-    for name, J in zip(names, jac):  # J: [T, N, T, N]
+    for name, J in zip(names, jac, strict=True):  # J: [T, N, T, N]
         J = J.tolist()
         for s in range(T):
             for n in range(N):

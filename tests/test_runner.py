@@ -245,7 +245,6 @@ def test_collect_pairs_rewards_with_observations_and_marks_resets():
     rows, cols = np.nonzero(truncated)
     assert (obs[rows + 1, cols, 1] == TRUNCATE_AT).all()
 
-    expected_returns, expected_lengths = [], []
     columns = [expected_column(seed + i, T) for i in range(num_envs)]
     for i, col in enumerate(columns):
         np.testing.assert_array_equal(obs[:, i], np.array(col["obs"], dtype=np.float32))
@@ -259,7 +258,7 @@ def test_collect_pairs_rewards_with_observations_and_marks_resets():
     for i, col in enumerate(columns):
         done_steps = [t for t in range(T) if col["terminated"][t] or col["truncated"][t]]
         assert len(done_steps) == len(col["episodes"])
-        for t, (ret, length) in zip(done_steps, col["episodes"]):
+        for t, (ret, length) in zip(done_steps, col["episodes"], strict=True):
             ends.setdefault(t, []).append((i, ret, length))
     for k, rollout in enumerate(rollouts):
         lo, hi = sum(steps[:k]), sum(steps[: k + 1])

@@ -76,7 +76,7 @@ def _is_total(run: Run, key: str) -> bool:
     if key in RUN_COUNTERS:
         return True
     _, ys = run.series(key)
-    return len(ys) >= 2 and ys[-1] > ys[0] and all(b >= a for a, b in zip(ys, ys[1:]))
+    return len(ys) >= 2 and ys[-1] > ys[0] and all(b >= a for a, b in zip(ys, ys[1:], strict=False))
 
 
 def _curves(panel: Panel, run: Run):
@@ -241,7 +241,8 @@ def panel_figure(panel: Panel, runs: list[Run]) -> dict | None:
         yaxis["range"] = y_range
     named = [t for t in fig["data"] if t.get("showlegend", True)]
     layout = {"height": 300, "margin": {"l": 55, "r": 20, "t": 10, "b": 40}, "paper_bgcolor": "white",
-              "plot_bgcolor": "white", "hovermode": "x unified", "font": {"family": "system-ui, sans-serif", "size": 11},
+              "plot_bgcolor": "white", "hovermode": "x unified",
+              "font": {"family": "system-ui, sans-serif", "size": 11},
               "xaxis": {"title": {"text": "env steps", "font": {"size": 11}}, "rangemode": "tozero", **AXIS_STYLE},
               "yaxis": yaxis, "showlegend": len(named) > 1 or len(runs) > 1, "shapes": [], "annotations": [],
               "legend": {"orientation": "h", "y": -0.22, "x": 0, "font": {"size": 10}}}
@@ -282,7 +283,7 @@ def health_timeline(runs: list[Run]) -> dict | None:
             labels.append(label)
             ends = run.env_steps_at_seconds([t for span in spans for t in span])
             xs: list = []
-            for x0, x1 in zip(ends[::2], ends[1::2]):
+            for x0, x1 in zip(ends[::2], ends[1::2], strict=True):  # (start, end) of each span
                 xs += [x0, x1 if x1 > x0 else x0 + 1, None]
             colour = SEVERITY_COLOURS.get(rule_severity(rule), "#555")
             data.append({"type": "scatter", "x": xs, "y": [label if x is not None else None for x in xs],
@@ -291,7 +292,8 @@ def health_timeline(runs: list[Run]) -> dict | None:
     if not data:
         return None
     layout = {"height": 60 + 28 * len(labels), "margin": {"l": 10, "r": 20, "t": 10, "b": 40},
-              "paper_bgcolor": "white", "plot_bgcolor": "white", "font": {"family": "system-ui, sans-serif", "size": 11},
+              "paper_bgcolor": "white", "plot_bgcolor": "white",
+              "font": {"family": "system-ui, sans-serif", "size": 11},
               "xaxis": {"title": {"text": "env steps", "font": {"size": 11}}, **AXIS_STYLE,
                         "range": [0, max((r.rows[-1].get("env_steps", 0) for r in runs if r.rows), default=1) or 1]},
               "yaxis": {"type": "category", "categoryorder": "array", "categoryarray": labels[::-1], **AXIS_STYLE},

@@ -14,8 +14,19 @@ from rlvitals.telemetry.catalogue import BY_NAME
 
 from .figures import PLOT_CONFIG, SEVERITY_COLOURS, health_timeline, panel_figure
 from .rundata import Run
-from .signals import AXIS_KEYS, REFERENCE, Panel, anchor, band_text, bands_for, outside, panels_for, rule_doc, \
-    uncatalogued, verdict_metrics
+from .signals import (
+    AXIS_KEYS,
+    REFERENCE,
+    Panel,
+    anchor,
+    band_text,
+    bands_for,
+    outside,
+    panels_for,
+    rule_doc,
+    uncatalogued,
+    verdict_metrics,
+)
 from .signals import Signal as _Signal
 from .summary import final_return, speed, verdict_counts
 
@@ -97,18 +108,22 @@ def runs_section(runs: list[Run]) -> str:
         cells = [f"<b>{esc(run.name)}</b><div class='muted'>{esc(run.path)}</div>", esc(run.status),
                  esc(c.get("env", "–")), esc(c.get("agent", "–")), esc(c.get("mode", "–")), fmt(c.get("seed")),
                  fmt(s.get("env_steps", last.get("env_steps")), ",d") if (s or last) else "–",
-                 fmt(s.get("updates", last.get("updates"))), fmt(s.get("wall_seconds", last.get("wall_seconds")), ",.1f"),
+                 fmt(s.get("updates", last.get("updates"))),
+                 fmt(s.get("wall_seconds", last.get("wall_seconds")), ",.1f"),
                  fmt(speed(s, last), ",.0f"), fmt(final_return(s, last), ",.2f"), esc(verdicts)]
         rows.append("<tr>" + "".join(f"<td>{x}</td>" for x in cells) + "</tr>")
         for note in run.notes:
-            rows.append(f"<tr><td></td><td colspan='{len(head) - 1}' class='note'>{esc(run.name)}: {esc(note)}</td></tr>")
+            rows.append(f"<tr><td></td><td colspan='{len(head) - 1}' class='note'>"
+                        f"{esc(run.name)}: {esc(note)}</td></tr>")
     meta = []
     for run in runs:
         m = run.meta
         cv = m.get("code_version", {})
-        meta.append(f"<tr><td>{esc(run.name)}</td><td>{esc(m.get('run_id', '–'))}</td><td>{esc(m.get('started_at', '–'))}"
-                    f"</td><td><code>{esc(' '.join(m.get('command', [])))}</code></td><td>{esc(cv.get('commit', '–'))[:12]}"
-                    f"{' (dirty)' if cv.get('dirty') else ''}</td><td>{esc(m.get('hostname', '–'))}</td></tr>")
+        meta.append(f"<tr><td>{esc(run.name)}</td><td>{esc(m.get('run_id', '–'))}</td>"
+                    f"<td>{esc(m.get('started_at', '–'))}</td>"
+                    f"<td><code>{esc(' '.join(m.get('command', [])))}</code></td>"
+                    f"<td>{esc(cv.get('commit', '–'))[:12]}{' (dirty)' if cv.get('dirty') else ''}</td>"
+                    f"<td>{esc(m.get('hostname', '–'))}</td></tr>")
     return (f"<section id='runs'><h2>Runs</h2><table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>"
             f"{''.join(rows)}</table><table><tr><th>run</th><th>run id</th><th>started</th><th>command</th>"
             f"<th>code version</th><th>host</th></tr>{''.join(meta)}</table></section>")
@@ -123,11 +138,13 @@ def band_checks(run: Run, panels: list[Panel]) -> list[str]:
             xs, ys = run.series(sig.key)
             if not bands or not ys:
                 continue
-            bad = [(x, y) for x, y in zip(xs, ys) if outside(y, bands)]
+            bad = [(x, y) for x, y in zip(xs, ys, strict=True) if outside(y, bands)]
             verdict = f"{len(bad)} of {len(ys)} points outside, first at {fmt(bad[0][0], ',d')} env steps" if bad \
                 else "inside"
-            out.append(f"<tr><td>{esc(run.name)}</td><td>{metric_link(sig.metric.name)} <code>{esc(sig.key)}</code></td>"
-                       f"<td>{esc(band_text(bands[0]))}</td><td class='num'>{fmt(ys[-1])}</td><td>{esc(verdict)}</td></tr>")
+            out.append(f"<tr><td>{esc(run.name)}</td>"
+                       f"<td>{metric_link(sig.metric.name)} <code>{esc(sig.key)}</code></td>"
+                       f"<td>{esc(band_text(bands[0]))}</td><td class='num'>{fmt(ys[-1])}</td>"
+                       f"<td>{esc(verdict)}</td></tr>")
     return out
 
 
@@ -149,16 +166,17 @@ def verdicts_section(runs: list[Run], panels: list[Panel]) -> str:
                 when.append(f"{v['first_seconds']:.1f} s")
             rows.append(f"<tr><td>{esc(run.name)}</td><td>{severity(v.get('severity', '?'))}</td>"
                         f"<td>{rule_link(v.get('rule', ''))}</td><td>{esc(v.get('component', ''))}</td>"
-                        f"<td>{esc(', '.join(when) or '–')}</td><td>{esc(v.get('message', ''))}</td><td>{links}</td></tr>")
+                        f"<td>{esc(', '.join(when) or '–')}</td><td>{esc(v.get('message', ''))}</td>"
+                        f"<td>{links}</td></tr>")
     if rows:
         parts.append("<table><tr><th>run</th><th>severity</th><th>rule</th><th>component</th><th>first held</th>"
                      f"<th>message</th><th>metrics</th></tr>{''.join(rows)}</table>")
     elif len(missing) < len(runs):
         parts.append("<p>No health rule fired on the evaluated runs.</p>")
     if missing:
-        parts.append(f"<p class='muted'>No verdicts for {esc(', '.join(missing))}: no <code>verdicts.json</code> in the "
-                     "run directory yet (the offline health evaluator writes it). Until then, the table below "
-                     "checks each curve against the healthy band its catalogue entry states.</p>")
+        parts.append(f"<p class='muted'>No verdicts for {esc(', '.join(missing))}: no <code>verdicts.json</code> "
+                     "in the run directory yet (the offline health evaluator writes it). Until then, the table "
+                     "below checks each curve against the healthy band its catalogue entry states.</p>")
         checks = [r for run in runs if run.name in missing for r in band_checks(run, panels)]
         if checks:
             parts.append("<table><tr><th>run</th><th>signal</th><th>healthy band</th><th>last value</th>"

@@ -72,7 +72,7 @@ def _sources() -> dict[str, tuple[Metric, tuple[str, ...]]]:
             continue
         combos = product(*(m.label_values.get(n, ()) for n in m.labels))
         for combo in combos:
-            out[m.source.format(**dict(zip(m.labels, combo)))] = (m, combo)
+            out[m.source.format(**dict(zip(m.labels, combo, strict=True)))] = (m, combo)
     return out
 
 
@@ -124,7 +124,7 @@ def _words(panel) -> dict[str, str]:
     if len(panel.metrics) < 2 or len(targets) != len(panel.metrics):
         return {}
     return {name: re.sub(r"\{\{\w+\}\}", "", t.get("legendFormat", "")).strip()
-            for name, t in zip(panel.metrics, targets)}
+            for name, t in zip(panel.metrics, targets, strict=True)}
 
 
 def _help(panel, ms: list[Metric]) -> str:
