@@ -108,22 +108,21 @@ class Rule:
 
 
 def thresholds(rule: Rule) -> list[tuple[str, str, float]]:
-    """(row key, comparison, value) for every plain `series OP number` in a rule's condition."""
-    found = []
+    """The threshold line of a rule: its leading `series OP number` ([(row key, comparison, value)]).
 
-    def walk(e):
-        if isinstance(e, Bin):
-            left = e.left.series if isinstance(e.left, AvgOverTime) else e.left
-            if (e.op in (">", ">=", "<", "<=") and isinstance(left, Series) and not left.offset
-                    and isinstance(e.right, Num)):
-                found.append((left.key, e.op, e.right.x))
-            walk(e.left)
-            walk(e.right)
-        elif isinstance(e, Abs):
-            walk(e.inner)
-
-    walk(rule.condition)
-    return found
+    A condition reads `signal OP threshold & context...`: the first comparison is the signal
+    that leaves its healthy range; what follows (`advantage_std > 0`, fresh samples) only says
+    when that matters, and draws no line.
+    """
+    e = rule.condition
+    while isinstance(e, Bin) and e.op == "and":
+        e = e.left
+    if not isinstance(e, Bin) or e.op not in (">", ">=", "<", "<=") or not isinstance(e.right, Num):
+        return []
+    left = e.left.series if isinstance(e.left, AvgOverTime) else e.left
+    if not isinstance(left, Series) or left.offset:
+        return []
+    return [(left.key, e.op, e.right.x)]
 
 
 MiB = 2 ** 20
@@ -191,7 +190,7 @@ RULES: tuple[Rule, ...] = (
          "Value targets exceed what the rewards allow in run {{ $labels.run_id }}",
          "A return can be at most r_max / (1 - gamma) in size, and the targets are more than twice that: "
          "rewards are accumulated without discounting, bootstrapped from the wrong state, or gamma is "
-         "applied the wrong way.", after_updates=10),
+         "applied the wrong way.", after_updates=5),
     Rule("RLBehaviourLogpMismatch",
          (S("logp_discrepancy") > LOGP_TOLERANCE) & (S("logp_discrepancy_shifted") > 0.01 * S("logp_discrepancy")),
          10, "fast", "critical", "preprocessing",
