@@ -26,7 +26,6 @@ import os
 import signal
 import sys
 import threading
-import time
 
 NAMES = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}
 STATUS = {signal.SIGTERM: "terminated", signal.SIGINT: "interrupted"}
