@@ -17,6 +17,9 @@ Design:
   * requests larger than `max_request_bytes` are answered 431 and closed;
   * one rendering of the registry serves every scraper within
     `cache_seconds` (the response bytes are shared, never copied per client);
+  * complete requests for /metrics are answered in turn, at most one per
+    `min_interval` (200 a second by default), as the old server did: eager
+    scrapers wait for their turn instead of spinning the machine;
   * the thread's busy time outside rendering is kept below `max_share` of wall
     time by sleeping in proportion to the work just done, so however many
     scrapers (or hostile clients) pile on, the training loop keeps the
@@ -26,6 +29,7 @@ Design:
 from __future__ import annotations
 
 import selectors
+from collections import deque
 import socket
 import threading
 import time
@@ -33,7 +37,7 @@ import time
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-_READING, _WRITING, _LINGERING = 0, 1, 2
+_READING, _QUEUED, _WRITING, _LINGERING = 0, 1, 2, 3
 
 
 def _plain_response(status: str, text: str) -> bytes:
@@ -66,7 +70,7 @@ class MetricsServer:
 
     def __init__(self, address, registry: CollectorRegistry, cache_seconds: float = 0.5,
                  request_timeout: float = 5.0, max_connections: int = 128, max_request_bytes: int = 8192,
-                 max_share: float = 0.05):
+                 max_share: float = 0.05, min_interval: float = 0.005):
         if not 0 < max_share <= 1:
             raise ValueError(f"max_share={max_share} is invalid: expected 0 < max_share <= 1")
         self.registry = registry
@@ -75,6 +79,9 @@ class MetricsServer:
         self.max_connections = max(1, int(max_connections))
         self.max_request_bytes = int(max_request_bytes)
         self.max_share = max_share
+        self.min_interval = min_interval
+        self._queue: deque[_Connection] = deque()  # complete requests for /metrics awaiting their answer slot
+        self._next_answer = 0.0
         family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.socket = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -130,6 +137,8 @@ class MetricsServer:
                 if self._connections:
                     first = min(c.deadline for c in self._connections.values())
                     timeout = min(timeout, max(0.0, first - now))
+                if self._queue:
+                    timeout = min(timeout, max(0.0, self._next_answer - now))
                 events = sel.select(timeout)
                 t0 = time.perf_counter()
                 accept = False
@@ -145,6 +154,7 @@ class MetricsServer:
                         self._service(key.data, mask)
                 if accept:  # after serving the open connections: a flood of new ones cannot evict them first
                     self._accept()
+                self._answer_queued()
                 self._expire(time.monotonic())
                 # Keep this thread's busy share bounded: sleep in proportion to the work just done.
                 # Rendering is left out: the cache already bounds it to one per `cache_seconds`.
@@ -184,7 +194,7 @@ class MetricsServer:
 
     def _evict(self) -> None:
         """Make room: drop the oldest finished (lingering) connection, else the oldest still-reading one."""
-        for state in (_LINGERING, _READING, _WRITING):
+        for state in (_LINGERING, _READING, _WRITING, _QUEUED):
             for conn in self._connections.values():
                 if conn.state == state:
                     self.stats["dropped_cap"] += state != _LINGERING
@@ -229,10 +239,28 @@ class MetricsServer:
         elif first[0] != b"GET":
             self._reply(conn, NOT_ALLOWED)
         elif first[1].split(b"?", 1)[0] in (b"/metrics", b"/"):
-            self.stats["answered"] += 1
-            self._reply(conn, self._current())
+            conn.state = _QUEUED  # answered in turn, at most one per min_interval (see _answer_queued)
+            self._selector.unregister(conn.sock)
+            self._queue.append(conn)
         else:
             self._reply(conn, NOT_FOUND)
+
+    def _answer_queued(self) -> None:
+        """Answer the oldest waiting /metrics request when its slot has come: one per `min_interval`.
+
+        As in the server this one replaced, eager scrapers are answered in turn rather than as fast
+        as they ask, so 50 of them looping cost the machine no more than the old server let them.
+        """
+        now = time.monotonic()
+        while self._queue and now >= self._next_answer:
+            conn = self._queue.popleft()
+            if conn.sock not in self._connections:
+                continue  # dropped at its deadline or to make room
+            self._selector.register(conn.sock, selectors.EVENT_READ, conn)
+            self.stats["answered"] += 1
+            self._reply(conn, self._current())
+            # Slots missed while this thread waited for the interpreter may be caught up, a few at most.
+            self._next_answer = max(self._next_answer, now - 4 * self.min_interval) + self.min_interval
 
     def _reply(self, conn: _Connection, response: bytes) -> None:
         conn.inbox = b""
