@@ -29,10 +29,10 @@ Design:
 from __future__ import annotations
 
 import selectors
-from collections import deque
 import socket
 import threading
 import time
+from collections import deque
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
