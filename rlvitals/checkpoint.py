@@ -19,7 +19,8 @@ from .archive import RunArchive
 RESUMABLE_FIELDS = {"total_env_steps", "verbosity", "metrics_port", "metrics_host", "progress",
                     "log_interval_seconds", "log_every_updates", "checkpoint_interval", "address", "num_actors",
                     "actor_cpus", "actor_gpus", "actor_resources", "rollouts_in_flight", "max_nonfinite_batches",
-                    "return_threshold", "stop_at_threshold", "startup_timeout_seconds", "device", "run_dir"}
+                    "return_threshold", "stop_at_threshold", "startup_timeout_seconds", "device", "run_dir",
+                    "tensorboard"}
 
 
 def rng_state(net, learner) -> dict:
