@@ -156,11 +156,13 @@ RULES: tuple[Rule, ...] = (
          "Advantages vary and the policy is undecided, yet the policy head's gradient is zero: the policy "
          "loss does not reach it (a detached log-probability or ratio, a zeroed loss term, advantages that "
          "average out through a wrong broadcast).", after_updates=3),
-    Rule("RLValueGetsNoGradient", (S("grad_norm_value") < 1e-10) & (S("target_std") > 0), 10, "fast",
+    # A head that fits its targets exactly (a probe, solved) also reads 0: only a loss left to learn counts.
+    Rule("RLValueGetsNoGradient",
+         (S("grad_norm_value") < 1e-10) & (S("value_loss") > 1e-6 * S("target_std") * S("target_std")), 10, "fast",
          "critical", "value",
          "The value head gets no gradient in run {{ $labels.run_id }}",
-         "Value targets vary, yet the gradient of the value head's parameters is zero: the value loss does "
-         "not reach it (detached values, a value coefficient of 0, targets compared with themselves).",
+         "The value loss is far from zero, yet the gradient of the value head's parameters is zero: the "
+         "value loss does not reach it (detached values, a value coefficient of 0, targets compared with themselves).",
          after_updates=3),
     Rule("RLKLZeroWhilePolicyMoves",
          (S("kl") <= 0) & (S("grad_norm_policy") > 1e-10) & (S("step_meansq") > 0), 10, "fast", "warning",
