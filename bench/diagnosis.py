@@ -1,0 +1,384 @@
+"""Every planted bug through every channel, and the healthy runs that must stay quiet (issue 11's benchmark).
+
+Usage: python bench/diagnosis.py [--bugs a,b] [--skip-bugs] [--skip-healthy] [--skip-run] [--seeds N]
+                                 [--doctor all|expected|none] [--budget S] [--promtool] [--out PATH]
+
+For each bug of tests/planted_bugs.BUGS:
+- `run` channel: tests/diagnose.diagnose on CartPole-v1 with the bug applied (Ray-mode bugs in Ray
+  mode, from their overrides), stopped at the first warning-or-worse verdict or after `--budget`
+  seconds (default 60). The component named is the first loud verdict's; the seconds are
+  `Diagnosis.fired_after_s` (run seconds at which it fired: its streak start plus the rule's hold).
+- `doctor` channel (every bug by default; `--doctor expected` only for bugs whose channel is
+  `doctor`): rlvitals.doctor.run_doctor with the bug applied. A bug's learning-setting overrides are
+  the user's config (`doctor --config`, built as build_config(None, overrides)); a Ray-mode bug also
+  gets the Ray leg (`doctor --ray`). The component named is the doctor's first verdict's; the
+  seconds are the doctor's wall seconds.
+A bug is pinned when some channel's diagnosis names its component (`right`). It is `conflicting` when
+another channel named a different component. Each unit (one bug on one channel, one healthy run)
+runs in its own process, so a bug's leftovers (monkeypatches, memory kept, Ray) cannot reach the next.
+
+Healthy set: CartPole-v1, Acrobot-v1, Pendulum-v1 and rlvitals/Probe3-v0 with the settings of
+tests/test_diagnosis.HEALTHY, each run into its plateau (STEPS below), seeds 0..N-1, never stopped
+early. Every warning-or-worse verdict is a false alarm; loud rules whose condition held at some
+evaluation without firing (an alert that went pending) are listed too. `--promtool` also replays each
+healthy run through `promtool test rules` (tests/promparity.py).
+
+Writes a table on stdout and bench/results/diagnosis.json (machine, load average at start and end,
+per-bug rows, healthy runs, summary). Targets (issue 11): >= 90% of bugs pinned on the right component,
+median <= 60 s to the first verdict, 0 false alarms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+TESTS = ROOT / "tests"
+sys.path[:0] = [str(BENCH), str(TESTS)]
+
+STEPS = {"CartPole-v1": 200_000, "Acrobot-v1": 200_000, "Pendulum-v1": 300_000, "rlvitals/Probe3-v0": 30_000}
+"""Env steps of each healthy run: past the point where its return stops improving (Pendulum: mean
+return above -250 with the HEALTHY settings takes about 300k)."""
+HEALTHY_BUDGET_S = 1800.0
+"""Wall-clock cap of one healthy run (it is meant to end on its env steps)."""
+TARGETS = {"pinned_fraction": 0.9, "median_seconds": 60.0, "false_alarms": 0}
+LOUD = ("critical", "warning")
+
+
+# ------------------------------------------------------------------------------------ one unit per process
+def _verdict_dicts(verdicts) -> list[dict]:
+    return [v.to_dict() for v in verdicts]
+
+
+def unit_run(job: dict) -> dict:
+    from diagnose import diagnose
+    from planted_bugs import BY_BUG
+
+    bug = BY_BUG[job["bug"]]
+    with tempfile.TemporaryDirectory(prefix="bench-diagnosis-") as tmp:
+        t0 = time.perf_counter()
+        found = diagnose(Path(tmp) / bug.name, env="CartPole-v1", bug=bug, budget_s=job["budget_s"],
+                         stop_on_verdict=True)
+        wall = time.perf_counter() - t0
+    first = found.first
+    loud = [v for v in found.verdicts if v.severity in LOUD]
+    return {"flagged": first is not None, "component": first.component if first else None,
+            "rule": first.rule if first else None, "severity": first.severity if first else None,
+            "message": first.message if first else None,
+            "right": first is not None and first.component == bug.component,
+            "seconds": None if found.fired_after_s is None else round(found.fired_after_s, 2),
+            "wall_s": round(wall, 2), "env_steps": found.summary.get("env_steps"),
+            "updates": found.summary.get("updates"), "status": found.summary.get("status"),
+            "rules_fired": sorted({v.rule for v in loud}), "loud": _verdict_dicts(loud),
+            "info": sorted({v.rule for v in found.verdicts if v.severity not in LOUD})}
+
+
+def doctor_request(bug):
+    """The DoctorRequest a user with this bug's settings would make: --config for learning settings, --ray."""
+    from rlvitals.config import build_config
+    from rlvitals.doctor import DoctorRequest
+    from rlvitals.doctor.ladder import LEARNING_SETTINGS
+
+    learning = {k: v for k, v in bug.overrides.items() if k in LEARNING_SETTINGS}
+    config = build_config(None, learning) if learning else None
+    return DoctorRequest(seed=0, config=config, ray=bug.mode == "ray"), learning
+
+
+def unit_doctor(job: dict) -> dict:
+    import io
+
+    import pytest
+    from planted_bugs import BY_BUG
+
+    from rlvitals.doctor import run_doctor
+
+    bug = BY_BUG[job["bug"]]
+    request, learning = doctor_request(bug)
+    report = io.StringIO()
+    t0 = time.perf_counter()
+    with pytest.MonkeyPatch.context() as mp:
+        bug.apply(mp)
+        verdicts = run_doctor(request, stream=report)
+    wall = time.perf_counter() - t0
+    loud = [v for v in verdicts if v.severity in LOUD]
+    first = loud[0] if loud else None
+    lines = report.getvalue().splitlines()
+    return {"flagged": first is not None, "component": first.component if first else None,
+            "rule": first.rule if first else None, "severity": first.severity if first else None,
+            "message": first.message if first else None,
+            "right": first is not None and first.component == bug.component,
+            "seconds": round(wall, 2), "wall_s": round(wall, 2),
+            "config_leg": learning or None, "ray_leg": request.ray,
+            "rules_fired": sorted({v.rule for v in loud}), "loud": _verdict_dicts(loud),
+            "components": sorted({v.component for v in loud}),
+            "patterns": [line for line in lines if line.startswith(("pattern,", "ray leg", "doctor finished"))]}
+
+
+def unit_healthy(job: dict) -> dict:
+    from diagnose import diagnose
+
+    with tempfile.TemporaryDirectory(prefix="bench-healthy-") as tmp:
+        t0 = time.perf_counter()
+        found = diagnose(Path(tmp) / "run", env=job["env"], budget_s=HEALTHY_BUDGET_S, stop_on_verdict=False,
+                         seed=job["seed"], total_env_steps=job["steps"], **job["overrides"])
+        wall = time.perf_counter() - t0
+        pending = _loud_conditions_held(found.rows)
+        promtool = None
+        if job.get("promtool"):
+            from promparity import promtool_test
+
+            try:
+                table = promtool_test(found.rows, Path(tmp))
+                promtool = {"ok": True, "loud_firing": sorted({rule for (rule, _), v in table.items() if v})}
+            except Exception as exc:   # a promtool mismatch raises: record it, keep the bench going
+                promtool = {"ok": False, "error": str(exc)[-2000:]}
+    loud = [v for v in found.verdicts if v.severity in LOUD]
+    return {"env_steps": found.summary.get("env_steps"), "updates": found.summary.get("updates"),
+            "mean_return_last_100": found.summary.get("mean_return_last_100"), "wall_s": round(wall, 1),
+            "status": found.summary.get("status"), "false_alarms": _verdict_dicts(loud),
+            "info": sorted({v.rule for v in found.verdicts if v.severity not in LOUD}),
+            "pending_loud_conditions": pending, "promtool": promtool}
+
+
+def _loud_conditions_held(rows: list[dict]) -> dict[str, float]:
+    """Loud rules whose condition held at some evaluation (an alert that went pending), with the first time."""
+    from rlvitals.telemetry.health import HealthMonitor
+    from rlvitals.telemetry.rules import BY_RULE
+
+    monitor = HealthMonitor()
+    monitor.record_history()
+    for row in rows:
+        monitor(row)
+    monitor.finish()
+    held = {}
+    for name, history in monitor.history.items():
+        times = [t for t, holds in history if holds]
+        if times and BY_RULE[name].severity in LOUD:
+            held[name] = round(times[0], 1)
+    return held
+
+
+UNITS = {"run": unit_run, "doctor": unit_doctor, "healthy": unit_healthy}
+
+
+def run_unit(job: dict, timeout: float) -> dict:
+    """One unit in a fresh interpreter (this file with --unit); its result, or what went wrong."""
+    with tempfile.NamedTemporaryFile("w+", suffix=".json", delete=False) as f:
+        out = Path(f.name)
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, __file__, "--unit", json.dumps(job), "--unit-out", str(out)],
+                              capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        if proc.returncode == 0 and out.stat().st_size:
+            return json.loads(out.read_text())
+        return {"error": f"exit {proc.returncode}: {(proc.stderr or proc.stdout)[-3000:]}",
+                "wall_s": round(time.perf_counter() - t0, 1)}
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s", "wall_s": round(time.perf_counter() - t0, 1)}
+    finally:
+        out.unlink(missing_ok=True)
+
+
+# ------------------------------------------------------------------------------------ the bench
+def bug_row(bug, results: dict[str, dict]) -> dict:
+    """One bug's row: each channel's result, and whether/when some channel pinned it on its component."""
+    done = {ch: r for ch, r in results.items() if "error" not in r}
+    flagged_by = [ch for ch, r in done.items() if r["flagged"]]
+    right_by = [ch for ch in flagged_by if done[ch]["right"]]
+    wrong = {ch: f"{done[ch]['component']} ({done[ch]['rule']})" for ch in flagged_by if not done[ch]["right"]}
+    seconds = min((done[ch]["seconds"] for ch in right_by if done[ch]["seconds"] is not None), default=None)
+    expected = done.get(bug.channel)
+    return {"bug": bug.name, "component": bug.component, "expected_channel": bug.channel, "mode": bug.mode,
+            "overrides": bug.overrides, "what": bug.what, "flagged": bool(flagged_by), "flagged_by": flagged_by,
+            "pinned": bool(right_by), "pinned_by": right_by, "wrong_components": wrong,
+            "pinned_by_expected_channel": bool(expected and expected["flagged"] and expected["right"]),
+            "seconds_to_first_right_verdict": seconds, "channels": results}
+
+
+def healthy_jobs(seeds: int, promtool: bool) -> list[dict]:
+    from test_diagnosis import HEALTHY
+
+    jobs = []
+    for env, steps, overrides in HEALTHY:
+        for seed in range(seeds):
+            jobs.append({"kind": "healthy", "env": env, "seed": seed, "steps": STEPS.get(env, steps),
+                         "overrides": overrides, "promtool": promtool})
+    return jobs
+
+
+def summarize(rows: list[dict], healthy: list[dict]) -> dict:
+    n = len(rows)
+    pinned = [r for r in rows if r["pinned"]]
+    seconds = [r["seconds_to_first_right_verdict"] for r in pinned if r["seconds_to_first_right_verdict"] is not None]
+    by_channel = {}
+    for ch in ("run", "doctor"):
+        ran = [r for r in rows if ch in r["channels"] and "error" not in r["channels"][ch]]
+        secs = [r["channels"][ch]["seconds"] for r in ran if r["channels"][ch]["right"]]
+        by_channel[ch] = {"bugs": len(ran), "flagged": sum(r["channels"][ch]["flagged"] for r in ran),
+                          "right": sum(r["channels"][ch]["right"] for r in ran),
+                          "median_seconds_when_right": statistics.median(secs) if secs else None}
+    alarms = [{"env": h["env"], "seed": h["seed"], "rule": v["rule"], "severity": v["severity"],
+               "component": v["component"], "first_seconds": v["first_seconds"], "message": v["message"]}
+              for h in healthy for v in h.get("false_alarms", [])]
+    out = {
+        "bugs": n, "flagged": sum(r["flagged"] for r in rows), "pinned": len(pinned),
+        "pinned_fraction": len(pinned) / n if n else None,
+        "pinned_by_expected_channel": sum(r["pinned_by_expected_channel"] for r in rows),
+        "conflicting": [r["bug"] for r in rows if r["wrong_components"]],
+        "median_seconds_to_first_right_verdict": statistics.median(seconds) if seconds else None,
+        "by_channel": by_channel,
+        "healthy_runs": len(healthy), "healthy_runs_failed": sum("error" in h for h in healthy),
+        "false_alarms": len(alarms) if healthy else None, "false_alarm_list": alarms,
+        "pending_loud_conditions": [{"env": h["env"], "seed": h["seed"], "rules": h["pending_loud_conditions"]}
+                                    for h in healthy if h.get("pending_loud_conditions")],
+        "errors": [f"{r['bug']}/{ch}: {c['error'][:300]}" for r in rows for ch, c in r["channels"].items()
+                   if "error" in c] + [f"{h['env']} seed {h['seed']}: {h['error'][:300]}" for h in healthy
+                                       if "error" in h],
+    }
+    out["targets"] = TARGETS
+    out["targets_met"] = {
+        "pinned_fraction": out["pinned_fraction"] is not None and out["pinned_fraction"] >= TARGETS["pinned_fraction"],
+        "median_seconds": out["median_seconds_to_first_right_verdict"] is not None
+        and out["median_seconds_to_first_right_verdict"] <= TARGETS["median_seconds"],
+        "false_alarms": None if not healthy else (out["false_alarms"] == 0 and not out["healthy_runs_failed"]),
+    }
+    return out
+
+
+def _cell(result: dict | None) -> str:
+    if result is None:
+        return "-"
+    if "error" in result:
+        return "ERROR"
+    if not result["flagged"]:
+        return "quiet"
+    secs = f"{result['seconds']:.0f}s" if result["seconds"] is not None else "?"
+    return f"{result['component']} {'ok' if result['right'] else 'WRONG'} {secs} ({result['rule']})"
+
+
+def print_table(rows: list[dict], healthy: list[dict], summary: dict) -> None:
+    print("\nbug                                  want           exp.    run channel / doctor channel")
+    for r in rows:
+        print(f"{r['bug']:36s} {r['component']:14s} {r['expected_channel']:7s} "
+              f"run: {_cell(r['channels'].get('run'))}")
+        print(f"{'':36s} {'':14s} {'':7s} doctor: {_cell(r['channels'].get('doctor'))}")
+    if healthy:
+        print("\nhealthy run                    seed  env steps  mean return  wall s  false alarms / pending")
+        for h in healthy:
+            if "error" in h:
+                print(f"{h['env']:30s} {h['seed']:4d}  ERROR {h['error'][:100]}")
+                continue
+            alarms = ", ".join(v["rule"] for v in h["false_alarms"]) or "0"
+            pending = ", ".join(h["pending_loud_conditions"]) or "-"
+            ret = h["mean_return_last_100"]
+            print(f"{h['env']:30s} {h['seed']:4d}  {h['env_steps']:9d}  {ret if ret is None else round(ret, 1)!s:>11}"
+                  f"  {h['wall_s']:6.0f}  {alarms} / {pending}")
+    s = summary
+    frac = "n/a" if s["pinned_fraction"] is None else f"{100 * s['pinned_fraction']:.0f}%"
+    print(f"\npinned on the right component: {s['pinned']}/{s['bugs']} ({frac}; target >= 90%), "
+          f"by the expected channel {s['pinned_by_expected_channel']}/{s['bugs']}")
+    print(f"median seconds to the first right verdict: {s['median_seconds_to_first_right_verdict']} (target <= 60)")
+    if healthy:
+        print(f"false alarms on {s['healthy_runs']} healthy runs: {s['false_alarms']} (target 0)")
+    if s["conflicting"]:
+        print(f"a channel named a wrong component for: {', '.join(s['conflicting'])}")
+    for e in s["errors"]:
+        print(f"error: {e}")
+
+
+def main(argv: list[str] | None = None) -> Path:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--bugs", default="", help="comma-separated planted-bug names (default: all)")
+    p.add_argument("--skip-bugs", action="store_true", help="only the healthy set")
+    p.add_argument("--skip-healthy", action="store_true", help="only the planted bugs")
+    p.add_argument("--skip-run", action="store_true", help="no run channel (the doctor and healthy set only)")
+    p.add_argument("--seeds", type=int, default=3, help="healthy seeds per env (default 3)")
+    p.add_argument("--envs", default="", help="comma-separated healthy envs (default: all of HEALTHY)")
+    p.add_argument("--doctor", choices=("all", "expected", "none"), default="all",
+                   help="run the doctor for every bug (default), only for doctor-channel bugs, or never")
+    p.add_argument("--budget", type=float, default=60.0, help="run-channel budget, seconds (default 60)")
+    p.add_argument("--promtool", action="store_true", help="replay healthy runs through promtool test rules")
+    p.add_argument("--out", default=str(BENCH / "results" / "diagnosis.json"))
+    p.add_argument("--unit", help=argparse.SUPPRESS)
+    p.add_argument("--unit-out", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+
+    if args.unit:
+        job = json.loads(args.unit)
+        result = UNITS[job["kind"]](job)
+        Path(args.unit_out).write_text(json.dumps(result, default=str))
+        return Path(args.unit_out)
+
+    from planted_bugs import BUGS, BY_BUG
+
+    from common import machine_info
+
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    load_start = os.getloadavg()
+    t_start = time.perf_counter()
+    names = [n for n in args.bugs.split(",") if n] if args.bugs else [b.name for b in BUGS]
+    unknown = [n for n in names if n not in BY_BUG]
+    if unknown:
+        raise SystemExit(f"unknown bugs: {', '.join(unknown)} (known: {', '.join(BY_BUG)})")
+    bugs = [] if args.skip_bugs else [BY_BUG[n] for n in names]
+
+    rows = []
+    for bug in bugs:
+        results = {}
+        if not args.skip_run:
+            results["run"] = run_unit({"kind": "run", "bug": bug.name, "budget_s": args.budget},
+                                      timeout=args.budget + 240)
+            print(f"{bug.name}: run: {_cell(results['run'])}", flush=True)
+        if args.doctor == "all" or (args.doctor == "expected" and bug.channel == "doctor"):
+            results["doctor"] = run_unit({"kind": "doctor", "bug": bug.name}, timeout=1200)
+            print(f"{bug.name}: doctor: {_cell(results['doctor'])}", flush=True)
+        rows.append(bug_row(bug, results))
+
+    healthy = []
+    if not args.skip_healthy:
+        envs = [e for e in args.envs.split(",") if e]
+        for job in healthy_jobs(args.seeds, args.promtool):
+            if envs and job["env"] not in envs:
+                continue
+            result = run_unit(job, timeout=HEALTHY_BUDGET_S + 300)
+            healthy.append({"env": job["env"], "seed": job["seed"], "steps": job["steps"],
+                            "overrides": job["overrides"], **result})
+            h = healthy[-1]
+            print(f"healthy {job['env']} seed {job['seed']}: "
+                  + (f"ERROR {h['error'][:200]}" if "error" in h else
+                     f"{h['env_steps']} steps, mean return {h['mean_return_last_100']}, "
+                     f"{len(h['false_alarms'])} false alarms, pending {list(h['pending_loud_conditions'])}"),
+                  flush=True)
+
+    summary = summarize(rows, healthy)
+    print_table(rows, healthy, summary)
+    machine = machine_info()
+    payload = {
+        "scenario": "diagnosis", "when": started, "seconds": round(time.perf_counter() - t_start, 1),
+        "command": " ".join(["python", "bench/diagnosis.py", *(argv if argv is not None else sys.argv[1:])]),
+        "config": {"run_channel": {"env": "CartPole-v1", "budget_s": args.budget, "stop_on_verdict": True},
+                   "doctor": args.doctor, "healthy_steps": STEPS, "healthy_seeds": args.seeds,
+                   "healthy_budget_s": HEALTHY_BUDGET_S, "promtool": args.promtool},
+        "code_version": machine["code_version"],
+        "machine": {**machine, "load_average_start": [round(x, 2) for x in load_start],
+                    "load_average_end": [round(x, 2) for x in os.getloadavg()]},
+        "summary": summary, "bugs": rows, "healthy": healthy,
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=1, default=str) + "\n")
+    print(out)
+    return out
+
+
+if __name__ == "__main__":
+    main()
