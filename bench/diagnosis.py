@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -175,15 +176,20 @@ def run_unit(job: dict, timeout: float) -> dict:
     with tempfile.NamedTemporaryFile("w+", suffix=".json", delete=False) as f:
         out = Path(f.name)
     t0 = time.perf_counter()
+    # Its own process group: on a timeout the whole group goes, Ray's helper processes included.
+    proc = subprocess.Popen([sys.executable, __file__, "--unit", json.dumps(job), "--unit-out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            start_new_session=True)
     try:
-        proc = subprocess.run([sys.executable, __file__, "--unit", json.dumps(job), "--unit-out", str(out)],
-                              capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        stdout, stderr = proc.communicate(timeout=timeout)
         if proc.returncode == 0 and out.stat().st_size:
             return json.loads(out.read_text())
-        return {"error": f"exit {proc.returncode}: {(proc.stderr or proc.stdout)[-3000:]}",
+        return {"error": f"exit {proc.returncode}: {(stderr or stdout)[-3000:]}",
                 "wall_s": round(time.perf_counter() - t0, 1)}
     except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s", "wall_s": round(time.perf_counter() - t0, 1)}
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return {"error": f"timed out after {timeout:.0f} s (killed)", "wall_s": round(time.perf_counter() - t0, 1)}
     finally:
         out.unlink(missing_ok=True)
 
@@ -324,6 +330,7 @@ def main(argv: list[str] | None = None) -> Path:
 
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     load_start = os.getloadavg()
+    machine = machine_info()   # at the start: the code that ran (others may commit while it runs)
     t_start = time.perf_counter()
     names = [n for n in args.bugs.split(",") if n] if args.bugs else [b.name for b in BUGS]
     unknown = [n for n in names if n not in BY_BUG]
@@ -361,7 +368,6 @@ def main(argv: list[str] | None = None) -> Path:
 
     summary = summarize(rows, healthy)
     print_table(rows, healthy, summary)
-    machine = machine_info()
     payload = {
         "scenario": "diagnosis", "when": started, "seconds": round(time.perf_counter() - t_start, 1),
         "command": " ".join(["python", "bench/diagnosis.py", *(argv if argv is not None else sys.argv[1:])]),
