@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -136,15 +137,18 @@ def test_monitor_reports_each_rule_once_as_it_fires():
 # ----------------------------------------------------------------- real runs
 
 
-def _train(tmp_path: Path, name: str, **overrides) -> list[dict]:
+def _train(tmp_path: Path, name: str, seconds: float | None = None, **overrides) -> list[dict]:
+    """A real local CartPole run's metric rows; `seconds`: stop after that much wall time, however fast the machine."""
     from rlvitals.archive import RunArchive
     from rlvitals.training import train_local
 
     cfg = TrainConfig(env="CartPole-v1", seed=1, run_dir=str(tmp_path / name), progress=False, verbosity="off",
                       log_every_updates=1, **overrides).validate()
     archive = RunArchive.create(cfg.run_dir, cfg.to_dict(), ["test"])
+    start = time.perf_counter()
+    stop = None if seconds is None else (lambda: time.perf_counter() - start > seconds)
     try:
-        train_local(cfg, archive)
+        train_local(cfg, archive, stop=stop)
     finally:
         archive.close()
     return read_rows(Path(cfg.run_dir) / "metrics.jsonl")
@@ -159,8 +163,9 @@ def test_prometheus_agrees_with_the_offline_evaluator_on_a_healthy_run(tmp_path)
 
 @pytest.mark.slow
 def test_prometheus_agrees_with_the_offline_evaluator_on_a_broken_run(tmp_path):
-    # A learning rate 100x the default: each update moves the policy far beyond what PPO intends.
-    rows = _train(tmp_path, "lr", total_env_steps=250_000, learning_rate=0.25)
+    # A learning rate 100x the default: each update moves the policy far beyond what PPO intends (it
+    # collapses within a few updates). The rules hold for seconds, so the run lasts 30 s at any speed.
+    rows = _train(tmp_path, "lr", seconds=30, total_env_steps=50_000_000, learning_rate=0.25)
     table = promtool_test(rows, tmp_path)
     assert any(table.values()), \
         "the broken run must make an alert fire, or the comparison proves nothing"
