@@ -5,7 +5,9 @@ for the first `DENSE_UPDATES` updates; after that, a row every k updates,
 where k doubles each time the run's update count doubles (k = 2 for updates
 1,001-2,000, 4 up to 4,000, 8 up to 8,000, ...: 500 rows per doubling); and
 whatever the schedule says, a row at least every `FLOOR_SECONDS` of wall
-time, so a slow late phase still reports. The update-counted rows are the
+time, so a slow late phase still reports; while no update happens because
+every arriving batch is dropped, a row every `IDLE_SECONDS` (such rows repeat
+the update number; their clock and drop counts advance). The update-counted rows are the
 same in every repetition of a run; the time floor adds rows only after the
 dense phase. The last row of a run is always written, once.
 
@@ -32,6 +34,9 @@ DENSE_UPDATES = 1000
 """Updates at the start of a run that each get a row."""
 FLOOR_SECONDS = 60.0
 """Longest wall time between two rows once the schedule thins them."""
+
+IDLE_SECONDS = 5.0
+"""Row interval while updates stall because every arriving batch is dropped: alerts need rows to fire."""
 
 MEASURED_KEYS = ("wall_seconds", "rss_bytes")
 """Row keys read from the machine (clock, memory): different in every repetition of a run."""
@@ -63,15 +68,21 @@ class RowWriter:
         self.dense, self.floor_seconds = dense, floor_seconds
         self.strict = strict_by_default() if strict is None else strict
         self.last_updates: int | None = None
+        self.last_dropped_stale: int | None = None
         self.last_time = time.perf_counter()
 
     def due(self, updates: int) -> bool:
         return scheduled(updates, self.dense) or time.perf_counter() - self.last_time >= self.floor_seconds
 
+    def idle_due(self) -> bool:
+        """While no update happens (every batch dropped), whether a row is due: every `IDLE_SECONDS`."""
+        return time.perf_counter() - self.last_time >= IDLE_SECONDS
+
     def write(self, row: dict) -> dict:
         row = clean_row(row)
         self.archive.append_metrics(row)
         self.last_updates = row.get("updates")
+        self.last_dropped_stale = row.get("dropped_stale")
         self.last_time = time.perf_counter()
         for observer in list(self.observers):
             if not self._call(observer, row):

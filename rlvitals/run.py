@@ -86,7 +86,11 @@ class Run:
         """Learn from what `source` delivers until the run is done; the summary, however the run ends."""
         try:
             while not self.finished():
-                self.learn_step(source.next())
+                rollout = source.next()
+                if rollout is None:  # a batch arrived and was dropped: nothing to learn, still report
+                    self.report_idle()
+                else:
+                    self.learn_step(rollout)
             source.drain()
         except BaseException as exc:  # Ctrl-C, a non-finite stop, an env error: keep what we had
             self.finish(getattr(exc, "status", None) or type(exc).__name__, source.summary())
@@ -130,6 +134,15 @@ class Run:
             self.progress.update(t.env_steps, t.env_steps / max(t.elapsed, 1e-9), t.mean_return(), stats,
                                  self.net.age)
         return stats
+
+    def report_idle(self) -> None:
+        """Between learn steps that do not come (every batch dropped): a row every few seconds, the progress line."""
+        t = self.tracker
+        if self.rows.idle_due():
+            self.rows.write(self.row())
+        if self.progress.due():
+            self.progress.update(t.env_steps, t.env_steps / max(t.elapsed, 1e-9), t.mean_return(), self.stats,
+                                 self.net.age)
 
     def _inputs_ok(self, rollout) -> bool:
         ok = False
@@ -189,7 +202,7 @@ class Run:
         t = self.tracker
         if self.learner is not None and t.updates > 0:
             self.save_checkpoint()
-        if self.rows.last_updates != t.updates:
+        if self.rows.last_updates != t.updates or self.rows.last_dropped_stale != t.dropped["stale"]:
             self.rows.write(self.row())
         verdicts = self.health.finish()
         summary = {**t.summary(self.net.age, self.cfg.agent), "status": status, **extra,

@@ -70,7 +70,9 @@ class RunTracker:
             self.solved_at_env_steps = self.env_steps
 
     def done(self) -> bool:
-        return self.env_steps >= self.total_env_steps
+        # The budget counts every env step that arrived, dropped as stale or not: a run whose actors
+        # only ever deliver stale batches still ends.
+        return self.env_steps + self.dropped["stale"] >= self.total_env_steps
 
     def episode_stats(self) -> dict:
         """return_/length_ mean, min, max, std over the window, and solve_ratio; {} where undefined."""

@@ -130,6 +130,10 @@ MiB = 2 ** 20
 # learner's batched forward pass may round differently from the actor's.
 LOGP_TOLERANCE = 1e-3
 
+# A healthy run drops nothing, so one drop is news: compared over two scrapes, a count that rose
+# fires within seconds of the series' start (a 60 s offset needs a minute of history first).
+DROP_WINDOW = 10
+
 # Samples no staler than the queues explain: then a policy that moves too far is the optimizer's doing.
 FRESH = S("staleness_batches") <= S("queue_capacity") + 1
 
@@ -208,7 +212,7 @@ RULES: tuple[Rule, ...] = (
          "neighbouring step's observation: the rollout pairs observations with the wrong actions (an "
          "off-by-one when storing, or the reset observation stored in the wrong slot)."),
     # ------------------------------------------------------------- fast: plumbing
-    Rule("RLSamplesDroppedStale", Delta(S("dropped_stale"), 60) > 0, 0, "fast", "warning", "weight-sync",
+    Rule("RLSamplesDroppedStale", Delta(S("dropped_stale"), DROP_WINDOW) > 0, 0, "fast", "warning", "weight-sync",
          "Samples were dropped as stale in run {{ $labels.run_id }}",
          "Rollouts arrived older than --max-staleness learner steps and were thrown away: actors act with "
          "old weights. Check that new weights reach the actors, --rollouts-in-flight, and the learner's "
@@ -255,7 +259,7 @@ RULES: tuple[Rule, ...] = (
          "The learner steps while actors produce nothing in run {{ $labels.run_id }}",
          "The learner keeps training but no new env steps arrive: it re-learns old data while actors are "
          "stuck (a hung env step, actors waiting for weights)."),
-    Rule("RLNonFiniteSamplesDropped", Delta(S("dropped_nonfinite"), 60) > 0, 0, "fast", "warning", "env",
+    Rule("RLNonFiniteSamplesDropped", Delta(S("dropped_nonfinite"), DROP_WINDOW) > 0, 0, "fast", "warning", "env",
          "Non-finite values reached the learner in run {{ $labels.run_id }}",
          "Batches with NaN or inf observations or rewards, or updates that produced them, were dropped "
          "(the run's nonfinite.jsonl says where). Non-finite inputs come from the env; non-finite updates "

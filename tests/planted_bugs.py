@@ -168,12 +168,14 @@ def rollouts_kept_forever(mp):
 def weights_never_republished(mp):
     from rlvitals.distributed.fleet import Fleet
 
-    original, first = Fleet.publish, {}
+    original = Fleet.publish
 
     def publish(self, net):
-        if "weights" not in first:                    # the first version goes out, and never another
-            first["weights"] = original(self, net)
-        return first["weights"]
+        # The first version goes out, and never another. Kept per fleet: an object ref does not
+        # outlive the Ray session that made it (the doctor starts more than one).
+        if not hasattr(self, "_planted_first_weights"):
+            self._planted_first_weights = original(self, net)
+        return self._planted_first_weights
 
     mp.setattr(Fleet, "publish", publish)
 

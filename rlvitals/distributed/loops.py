@@ -75,7 +75,8 @@ class AsyncRollouts:
         ref, task = self.fleet.submit(i, self.weights, self.version)
         self.in_flight[ref] = task
 
-    def next(self) -> Rollout:
+    def next(self) -> Rollout | None:
+        """The next batch to learn from; None when the one that arrived was dropped as stale."""
         run, fleet, ray = self.run, self.fleet, self.ray
         if self.owed is not None:
             if run.learner is not None:
@@ -103,7 +104,9 @@ class AsyncRollouts:
             if run.net.age - rollout.policy_age > run.cfg.max_staleness:
                 run.drop("stale", rollout.env_steps)
                 self._submit(task[0])
-                continue
+                # Back to the run loop: when every batch is stale (weights that never reach the
+                # actors) nothing is learned, yet the run must still stop, write rows and raise alerts.
+                return None
             self.owed = task[0]
             return rollout
 
