@@ -39,7 +39,8 @@ def resolve_env_id(env_id: str) -> str:
         atari.register(env_id)  # ALE ids: ale-py registers them (one-line error when it is missing)
     if env_id not in gym.registry:
         close = difflib.get_close_matches(env_id, list(gym.registry.keys()), n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else "; expected a registered gymnasium id or module:EnvId"
+        hint = (f"; did you mean {', '.join(close)}?" if close
+                else "; expected a registered gymnasium id or module:EnvId")
         raise EnvError(f"env={env_id!r} is not a registered gymnasium environment{hint}")
     return env_id
 

@@ -57,7 +57,8 @@ class EnvRunner:
         if not self.discrete:
             self._low, self._high = self.action_space.low, self.action_space.high
         self.obs_shape = self._obs_shape(self.obs_space)
-        self.obs_dtype = np.float32 if not isinstance(self.obs_space, gym.spaces.Box) or self.obs_space.dtype != np.uint8 else np.uint8
+        pixels = isinstance(self.obs_space, gym.spaces.Box) and self.obs_space.dtype == np.uint8
+        self.obs_dtype = np.uint8 if pixels else np.float32
         self.steps_taken = 0
         self._check_obs = self.obs_dtype != np.uint8
         self._fallback = torch.Generator().manual_seed(self.seed)  # draws for rows the policy cannot act on
@@ -169,7 +170,8 @@ class EnvRunner:
             # that is not a number at all (None, text) is the env's bug, reported here.
             reward = np.asarray(raw_reward)
             if reward.dtype.kind not in "biuf" or reward.shape != (n,):
-                bad = raw_reward[0] if isinstance(raw_reward, (list, tuple, np.ndarray)) and len(raw_reward) else raw_reward
+                nonempty_sequence = isinstance(raw_reward, (list, tuple, np.ndarray)) and len(raw_reward)
+                bad = raw_reward[0] if nonempty_sequence else raw_reward
                 raise EnvStepError(f"env {self.env_id!r} (seed {self.seed}) returned reward {bad!r} at step "
                                    f"{self.steps_taken}; expected {n} numbers")
             reward = reward.astype(np.float32, copy=False)
