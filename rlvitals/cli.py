@@ -300,12 +300,11 @@ COMMANDS = {"train": cmd_train, "eval": cmd_eval, "runs": cmd_runs, "doctor": cm
 
 
 def main(argv: list[str] | None = None) -> int:
+    import logging
+
     from rlvitals.actors.envs import EnvError  # light: no torch
 
     from .signals import RunStopped, report_abort
-
-
-    import logging
 
     logging.basicConfig(level=logging.WARNING, format="rlvitals: %(message)s")
     parser = build_parser()

@@ -87,7 +87,7 @@ def closed_by_server(sock: socket.socket, wait: float) -> bool:
                 return True
     except (ConnectionResetError, BrokenPipeError):
         return True
-    except (socket.timeout, TimeoutError):
+    except TimeoutError:
         return False
 
 
@@ -234,7 +234,7 @@ class Hostile:
                         try:
                             if sock.recv(1) == b"":
                                 break
-                        except (socket.timeout, TimeoutError):
+                        except TimeoutError:
                             continue
                         except OSError:
                             break
