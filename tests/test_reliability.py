@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import subprocess
@@ -62,7 +61,7 @@ def test_kill_9_mid_training_then_resume_continues_the_same_run(tmp_path):
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["env_steps"] >= before_steps + 40_000
     # Counters went on from the checkpoint instead of restarting at zero.
-    line = next(l for l in body.decode().splitlines() if l.startswith("rlvitals_actor_env_steps_total "))
+    line = next(row for row in body.decode().splitlines() if row.startswith("rlvitals_actor_env_steps_total "))
     assert float(line.split()[1]) >= before_steps
     meta = json.loads((run / "meta.json").read_text())
     assert meta["run_id"] == run_id and len(meta["resumes"]) == 1
@@ -89,7 +88,8 @@ def test_kill_9_during_checkpoint_writes_always_leaves_a_loadable_checkpoint(tmp
         assert all(torch.isfinite(t).all() for t in state["network"].values() if t.is_floating_point())
         proc = start(["train", "--resume", str(run), "--total-env-steps", "10000000", "--checkpoint-interval", "1",
                       "--verbosity", "off", "--progress", "false"])
-        wait_for(lambda: load_checkpoint(run)["tracker"]["updates"] > state["tracker"]["updates"], timeout=180)
+        killed_at = state["tracker"]["updates"]
+        wait_for(lambda killed_at=killed_at: load_checkpoint(run)["tracker"]["updates"] > killed_at, timeout=180)
         assert not any(p.exists() for p in leftovers), "the resume left a killed write's temporary file behind"
         if mid_write_kills >= 1 and attempt >= 2:
             break
@@ -212,7 +212,7 @@ def test_a_misbehaving_user_env_is_named_with_its_value(tmp_path, env_id, expect
                   "--verbosity", "off", "--progress", "false"], env={"PYTHONPATH": str(tmp_path)})
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 1
-    lines = [l for l in err.strip().splitlines() if l.startswith("rlvitals: error:")]
+    lines = [line for line in err.strip().splitlines() if line.startswith("rlvitals: error:")]
     assert len(lines) == 1 and env_id.split(":")[1] in lines[0] and expected in lines[0], err
     assert "Traceback" not in err
 
