@@ -116,6 +116,9 @@ def learning() -> Dashboard:
                    note="Healthy: `same step` reads 0 on every batch of staleness 0, whatever `neighbour step` does."),
             gauges("rlvitals_learner_head_gradient_norm", by=("head",), log=True, title="Gradient norm per head",
                    width=12),
+            gauges("rlvitals_learner_loss_direction", by=("term",), title="Loss direction per term", width=12,
+                   note="Healthy: every term at or above 0 (policy about 1, value the value coefficient, entropy "
+                        "the entropy coefficient); below 0 is a sign error in that loss term."),
         ]),
         Row("Distributions", [
             heatmap("rlvitals_learner_value_target_distribution", width=12,

@@ -194,3 +194,35 @@ def layer_statistics(net: torch.nn.Module, probe: ActivationProbe) -> dict[str, 
         inactive = units <= 0 if kind == "relu" else units.abs() > 0.99
         out[f"layer_dead_ratio/{name}"] = inactive.all(0).float().mean()
     return out
+
+
+def loss_directions(logp, values, entropy, advantages, targets, normalize_advantages: bool) -> dict[str, torch.Tensor]:
+    """Which way the loss pulls each output, read from its gradients after `backward()`.
+
+    `logp`, `values` and `entropy` are the network's outputs the loss was built
+    from, with `retain_grad()` called before the backward pass; `advantages` and
+    `targets` are what the learner computed for them. Whatever the loss's
+    formula, a correct one obeys, sample by sample:
+      * the policy is pushed towards actions with above-average advantage:
+        -dL/dlogp_i * a_i >= 0, with a_i the advantage centred as the loss
+        normalises it (clipped samples contribute 0);
+      * values are pulled towards their targets: dL/dV_i * (V_i - t_i) >= 0;
+      * the entropy bonus rewards entropy: -sum_i dL/dH_i = entropy_coef >= 0.
+    Reported scale-free (a healthy push reads about 1 - the clip fraction, a
+    healthy pull the value coefficient), so a negative reading is a sign error in
+    the loss, whatever the env: a flipped advantage or ratio, a value loss that
+    ascends, an entropy bonus subtracted.
+    """
+    n = logp.numel()
+    a = (advantages - advantages.mean()) if normalize_advantages and n > 1 else advantages
+    a, err = a.detach().float(), (values - targets).detach().float()
+    push = -n * (_grad(logp) * a).sum() / a.pow(2).sum()
+    pull = n * (_grad(values) * err).sum() / err.pow(2).sum()
+    # 0/0 (nothing to push or pull) is NaN: undefined, left out of the row.
+    return {"policy_loss_direction": push, "value_loss_direction": pull,
+            "entropy_loss_direction": -_grad(entropy).sum()}
+
+
+def _grad(output: torch.Tensor) -> torch.Tensor:
+    """dL/d(output); zeros where the loss does not reach it (a detached output: other rules say so)."""
+    return output.grad.float() if output.grad is not None else torch.zeros_like(output, dtype=torch.float32)

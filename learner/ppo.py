@@ -223,10 +223,15 @@ class PPOLearner:
         with self._autocast():
             params, values = net(b.mb_obs[mb])
             logp = net.dist.log_prob(params, b.mb_actions[mb])
-            loss, parts = ppo_loss(logp, b.mb_logp[mb], values, b.mb_adv[mb], b.mb_targets[mb],
-                                   net.dist.entropy(params), self.s)
+            entropy = net.dist.entropy(params)
+            for output in (logp, values, entropy):   # their gradients show which way the loss pulls them
+                if output.requires_grad:
+                    output.retain_grad()
+            loss, parts = ppo_loss(logp, b.mb_logp[mb], values, b.mb_adv[mb], b.mb_targets[mb], entropy, self.s)
         self.optimizer.zero_grad(set_to_none=False)
         loss.backward()
+        parts.update(diag.loss_directions(logp, values, entropy, b.mb_adv[mb], b.mb_targets[mb],
+                                          self.s.normalize_advantages))
         return loss, parts, params
 
     def _report(self, b: _Batch, u: _Update) -> dict:

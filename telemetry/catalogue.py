@@ -141,6 +141,14 @@ METRICS: tuple[Metric, ...] = (
            "Loss terms averaged over the update's minibatches: policy (clipped surrogate), value, entropy "
            "(negative entropy). Healthy: fall early, then level out; a poor localiser of bugs on its own.",
            labels=("part",), label_values={"part": ("policy", "value", "entropy")}, source="{part}_loss"),
+    Metric("rlvitals_learner_loss_direction", "gauge", "learner", "standard", "none",
+           "Which way the loss moves each network output, read from its gradient (scale-free, averaged over "
+           "the update's minibatches). policy: -dL/dlogp against the centred advantages, about 1 - clip "
+           "fraction when healthy; value: dL/dV against (V - target), the value coefficient when healthy; "
+           "entropy: -dL/dH, the entropy coefficient. A correct loss can never read below 0 on any of them: "
+           "negative is a sign error (advantages or ratio flipped, a value loss that ascends, an entropy "
+           "bonus subtracted).",
+           labels=("term",), label_values={"term": ("policy", "value", "entropy")}, source="{term}_loss_direction"),
     Metric("rlvitals_learner_clip_fraction_ratio", "gauge", "learner", "standard", "percentunit",
            "Fraction of samples whose probability ratio left the PPO clip range. Healthy: below about 0.3 "
            "(small values such as 0.01 are fine late in a run). Persistently above 0.4: the policy moves too "

@@ -134,6 +134,9 @@ LOGP_TOLERANCE = 1e-3
 # fires within seconds of the series' start (a 60 s offset needs a minute of history first).
 DROP_WINDOW = 10
 
+# A correct loss reads >= 0 on every loss direction up to float rounding (healthy: about 0.01 to 1).
+DIRECTION_TOLERANCE = 1e-6
+
 # Samples no staler than the queues explain: then a policy that moves too far is the optimizer's doing.
 FRESH = S("staleness_batches") <= S("queue_capacity") + 1
 
@@ -180,6 +183,25 @@ RULES: tuple[Rule, ...] = (
          "KL(behaviour || learner) is computed exactly from stored action distributions and cannot be "
          "negative: the stored behaviour distributions, the log-probabilities or the pairing of samples "
          "with their distributions is wrong."),
+    # Per-sample invariants of any correct loss (learner/diagnostics.py loss_directions): exact, so no hold.
+    Rule("RLPolicyLossAgainstAdvantages", S("policy_loss_direction") < -DIRECTION_TOLERANCE, 0, "fast",
+         "critical", "policy",
+         "The policy loss moves the policy against the advantages in run {{ $labels.run_id }}",
+         "The gradient of the loss raises the log-probability of actions with below-average advantage and "
+         "lowers it for the better ones: the surrogate has a sign error (advantages negated, the ratio "
+         "computed as behaviour / learner, a loss maximised instead of minimised).", after_updates=2),
+    Rule("RLValueLossPushesAway", S("value_loss_direction") < -DIRECTION_TOLERANCE, 0, "fast", "critical",
+         "value",
+         "The value loss pushes values away from their targets in run {{ $labels.run_id }}",
+         "The gradient of the loss moves each value away from its target: the value loss's sign is flipped "
+         "or its terms are swapped with something else (targets and values exchanged in a non-symmetric "
+         "loss, a negative value coefficient).", after_updates=2),
+    Rule("RLEntropyBonusReversed", S("entropy_loss_direction") < -DIRECTION_TOLERANCE, 0, "fast", "critical",
+         "policy",
+         "The loss penalises policy entropy instead of rewarding it in run {{ $labels.run_id }}",
+         "Lowering the loss lowers the policy's entropy: the entropy bonus is added with the wrong sign (or "
+         "--entropy-coef is negative), so the policy is driven to a deterministic one and stops exploring.",
+         after_updates=2),
     Rule("RLClipFractionHigh", (AvgOverTime(S("clip_fraction"), 30) > 0.3) & FRESH, 10, "fast", "warning",
          "optimizer",
          "Many samples leave the PPO clip range in run {{ $labels.run_id }}",

@@ -126,6 +126,23 @@ def entropy_bonus_sign_flipped(mp):
     _wrap_loss(mp, lambda logp, blogp, v, adv, tgt, ent, s: (logp, blogp, v, adv, tgt, -ent, s))
 
 
+def policy_ratio_inverted(mp):
+    # pi/mu computed as mu/pi: every update makes good actions less likely.
+    _wrap_loss(mp, lambda logp, blogp, v, adv, tgt, ent, s: (blogp, logp, v, adv, tgt, ent, s))
+
+
+def value_loss_ascends(mp):
+    from rlvitals.learner import ppo
+
+    original = ppo.ppo_loss
+
+    def ppo_loss(logp, behaviour_logp, values, advantages, value_targets, entropy, s):
+        loss, parts = original(logp, behaviour_logp, values, advantages, value_targets, entropy, s)
+        return loss - 2 * s.value_coef * parts["value_loss"], parts   # + c*L_V became - c*L_V
+
+    mp.setattr(ppo, "ppo_loss", ppo_loss)
+
+
 def advantages_normalised_wrong_shape(mp):
     # [B] advantages turned into a [B, 1] column: the surrogate broadcasts to [B, B] and averages them away.
     _wrap_loss(mp, lambda logp, blogp, v, adv, tgt, ent, s: (logp, blogp, v, adv.unsqueeze(-1), tgt, ent, s))
@@ -199,9 +216,13 @@ BUGS: tuple[PlantedBug, ...] = (
                what="an observation transform the learner applies and the actor does not"),
     PlantedBug("value_head_no_gradient", "value", "run", value_head_no_gradient,
                what="values detached from the graph: the value loss trains nothing"),
-    PlantedBug("entropy_bonus_sign_flipped", "policy", "doctor", entropy_bonus_sign_flipped,
+    PlantedBug("entropy_bonus_sign_flipped", "policy", "run", entropy_bonus_sign_flipped,
                overrides={"entropy_coef": 0.1}, what="entropy bonus subtracted: with a user's large coefficient "
                                                       "it drives the policy deterministic"),
+    PlantedBug("policy_ratio_inverted", "policy", "run", policy_ratio_inverted,
+               what="the probability ratio computed as behaviour / learner: the surrogate climbs the wrong way"),
+    PlantedBug("value_loss_ascends", "value", "run", value_loss_ascends,
+               what="the value loss subtracted instead of added: values are pushed away from their targets"),
     PlantedBug("advantages_normalised_wrong_shape", "policy", "run", advantages_normalised_wrong_shape,
                what="advantages broadcast as a column: the surrogate averages them to zero"),
     PlantedBug("learning_rate_100x", "optimizer", "run", no_bug, overrides={"learning_rate": 0.25},
