@@ -20,7 +20,7 @@ RESUMABLE_FIELDS = {"total_env_steps", "verbosity", "metrics_port", "metrics_hos
                     "log_interval_seconds", "log_every_updates", "checkpoint_interval", "address", "num_actors",
                     "actor_cpus", "actor_gpus", "actor_resources", "rollouts_in_flight", "max_nonfinite_batches",
                     "return_threshold", "stop_at_threshold", "startup_timeout_seconds", "device", "run_dir",
-                    "tensorboard"}
+                    "tensorboard", "group_readable"}
 
 
 def rng_state(net, learner) -> dict:

@@ -125,6 +125,9 @@ class TrainConfig:
     to its node's IP (for Prometheus on a cluster head)."""
     run_dir: str = ""
     """Directory of this run's archive; empty means runs/<env>-<time>-s<seed>."""
+    group_readable: bool = False
+    """Let the owner's group read the run directory (folders 0750, files 0640); by default it is owner-only
+    (0700, 0600), as meta.json names the host and the command line and checkpoints hold the weights."""
     log_interval_seconds: float = 0.5
     """Seconds between refreshes of the progress display."""
     log_every_updates: int = 10

@@ -11,7 +11,7 @@ from .config import TrainConfig
 
 IDENTITY = ("env", "agent", "seed", "mode", "run_dir", "total_env_steps", "progress", "metrics_port",
             "metrics_host", "log_interval_seconds", "log_every_updates", "checkpoint_interval",
-            "return_threshold", "stop_at_threshold", "verbosity")
+            "return_threshold", "stop_at_threshold", "verbosity", "group_readable")
 
 
 def _load(run: Path) -> dict | None:

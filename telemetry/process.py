@@ -10,6 +10,7 @@ import atexit
 import json
 import os
 import socket
+import stat
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -91,11 +92,19 @@ def start_telemetry(component: str, verbosity: str, **kwargs):
 
 
 def write_target(directory: str, name: str, address: str, labels: dict[str, str]) -> Path:
-    """Write a Prometheus file_sd target file atomically (Prometheus may read it at any moment)."""
+    """Write a Prometheus file_sd target file atomically (Prometheus may read it at any moment).
+
+    The folder, when made here, takes its parent's mode and the file its folder's read and write bits, so an
+    owner-only run directory gets owner-only discovery files (Prometheus started by the same user reads them).
+    """
     path = Path(directory)
-    path.mkdir(parents=True, exist_ok=True)
+    if not path.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=stat.S_IMODE(path.parent.stat().st_mode), exist_ok=True)
     target = path / f"{name}.json"
     tmp = path / f".{name}.json.tmp"
-    tmp.write_text(json.dumps([{"targets": [address], "labels": labels}]))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, stat.S_IMODE(path.stat().st_mode) & 0o666)
+    with open(fd, "w") as fh:
+        fh.write(json.dumps([{"targets": [address], "labels": labels}]))
     os.replace(tmp, target)
     return target

@@ -9,89 +9,37 @@ Layout of a run directory:
   discovery/      file_sd target files of the run's live processes (`<component>-<pid>-<port>.json`)
   .lock           held (flock) by the one process writing the run; names its pid
 
-One process at a time writes a run directory: it holds an exclusive `flock`
-on `.lock`, which the kernel releases when the process ends however it ends.
-So whoever holds the lock knows every other writer is gone, and a resume can
-remove what they left behind: temporary files of interrupted writes,
-discovery files of dead processes, metrics rows newer than the checkpoint.
+Owner-only (folders 0700, files 0600) unless the run sets `group_readable` (0750 and
+0640): meta.json names the host and the command line, checkpoints hold the weights.
 
-Only named, non-secret facts go into meta.json: never the process environment.
+One process at a time writes a run directory (lock.py), so a resume can remove
+what earlier writers left behind (cleanup.py). Only named, non-secret facts go
+into meta.json: never the process environment.
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import json
 import os
-import re
-import shutil
 import platform
 import socket
-import subprocess
 import sys
 import time
 import uuid
 import warnings
-from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .config import ConfigError
+from .cleanup import remove_dead_targets, remove_temporaries, trim_metrics
+from .files import ArchiveWriteError, atomic_write_bytes, file_mode, folder_mode, make_folder, set_tree_mode
+from .lock import lock_run_dir
+from .provenance import code_version, package_versions
 
-PACKAGES = ("rlvitals", "torch", "gymnasium", "numpy", "ray", "prometheus-client", "nvidia-ml-py", "ale-py")
 CHECKPOINT_FORMAT = "rlvitals-checkpoint-v1"
 CHECKPOINT_KEYS = ("config", "network", "optimizer", "age", "tracker", "learner", "rng")
 """What every checkpoint holds (later versions add keys; none of these go)."""
-LOCK_NAME = ".lock"
-TARGET_NAME = re.compile(r"^[A-Za-z_]+-(\d+)-\d+\.json$")
-"""Discovery files a process writes for itself: <component>-<pid>-<port>.json."""
-
-
-class RunDirBusy(ConfigError):
-    """Another live process holds the run directory's lock; the message names its pid."""
-
-
-def code_version() -> dict[str, Any]:
-    """What code is running: from git where rlvitals runs from a checkout, else from the installed package's metadata.
-
-    `version` is the package version; `commit` the checkout's HEAD (`dirty`: tracked files differ from it), or for an
-    install from a git URL the commit pip recorded (PEP 610 direct_url.json), else "unknown"; `source` says which.
-    """
-    try:
-        dist = metadata.distribution("rlvitals")
-        version = dist.version
-    except metadata.PackageNotFoundError:
-        dist, version = None, "unknown"
-    root = Path(str(resources.files("rlvitals"))).parent
-    if (root / "pyproject.toml").is_file():  # a source tree (checkout, editable install), not site-packages
-        try:
-            commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                                    text=True, timeout=5).stdout.strip()
-            dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                                   capture_output=True, text=True, timeout=5).stdout.strip() != ""
-        except (OSError, subprocess.SubprocessError):
-            commit, dirty = "", False
-        if commit:
-            return {"commit": commit, "dirty": dirty, "version": version, "source": "git"}
-    try:
-        direct = json.loads((dist.read_text("direct_url.json") if dist else None) or "{}")
-    except json.JSONDecodeError:
-        direct = {}
-    commit = direct.get("vcs_info", {}).get("commit_id") or "unknown"
-    return {"commit": commit, "dirty": False, "version": version, "source": "metadata"}
-
-
-def package_versions() -> dict[str, str]:
-    out = {}
-    for name in PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
 
 
 def default_run_dir(env_id: str, seed: int, parent: str = "runs") -> str:
@@ -110,144 +58,11 @@ def check_writable(run_dir: str) -> None:
         raise ValueError(f"run_dir={run_dir!r} is invalid: {str(parent)!r} is not writable")
 
 
-def lock_run_dir(path: Path, write_pid: bool = True) -> int:
-    """Take the run directory's exclusive lock; the open descriptor holds it. RunDirBusy when taken."""
-    fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        raise RunDirBusy(f"run_dir={str(path)!r} is in use by process {holder} (it holds {path / LOCK_NAME}); "
-                         "expected a run directory no other process is writing") from None
-    if write_pid:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-    return fd
-
-
-def check_not_busy(path: Path) -> None:
-    """RunDirBusy when a live process holds the run directory's lock; takes nothing itself."""
-    lock_file = path / LOCK_NAME
-    if not lock_file.is_file():
-        return
-    os.close(lock_run_dir(path, write_pid=False))
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def remove_dead_targets(discovery: Path, everything: bool = False) -> list[str]:
-    """Remove discovery files whose process is gone (all of them with `everything`); the names removed.
-
-    Only `<component>-<pid>-<port>.json` files name their process; the others (Ray actors and
-    node sidecars, written by the driver) go only with `everything`, which is for a process
-    holding the run's lock: every earlier writer is dead then.
-    """
-    removed = []
-    if not discovery.is_dir():
-        return removed
-    for path in sorted(discovery.iterdir()):
-        match = TARGET_NAME.match(path.name)
-        stale = (everything and (path.suffix == ".json" or path.name.endswith(".tmp"))
-                 or match is not None and int(match.group(1)) != os.getpid() and not pid_alive(int(match.group(1))))
-        if stale and path.is_file():
-            path.unlink(missing_ok=True)
-            removed.append(f"discovery/{path.name}")
-    return removed
-
-
-def _size(n: float) -> str:
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
-
-
-NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
-"""Errors that mean "no room": a full filesystem, a quota, a file-size limit (RLIMIT_FSIZE)."""
-
-
-class ArchiveWriteError(RuntimeError):
-    """Writing into the run directory failed (full disk, quota, file-size limit, I/O error).
-
-    The message is one line: the path, the bytes it needed and the space left, what was
-    cleaned up and kept, whether summary.json got written, and how to go on. It is
-    composed when shown, so it says how the rest of the archive fared after the failure.
-    """
-
-    def __init__(self, path: Path, size: int, error: OSError):
-        super().__init__(str(path))
-        self.path, self.size, self.error = Path(path), size, error
-        self.archive: RunArchive | None = None
-        try:
-            self.free = shutil.disk_usage(self.path.parent).free
-        except OSError:
-            self.free = None
-
-    @property
-    def no_space(self) -> bool:
-        return self.error.errno in NO_SPACE
-
-    def __str__(self) -> str:
-        what = "no space left" if self.no_space else (self.error.strerror or type(self.error).__name__).lower()
-        free = f", {_size(self.free)} free there" if self.free is not None else ""
-        text = f"{what} writing {self.path} ({_size(self.size)} needed{free}): temporary file removed"
-        archive = self.archive
-        if archive is None:
-            return text
-        last = archive.last_checkpoint_updates
-        text += (f", last good checkpoint (update {last}) kept" if last is not None
-                 else ", last good checkpoint (if any) kept")
-        if archive.summary_written:
-            text += ", summary.json written"
-        elif archive.summary_failed:
-            text += ", summary.json could not be written either"
-        if archive.rows_lost:
-            text += f", {archive.rows_lost} metrics rows not written"
-        return text + f"; free space, then continue with: rlvitals train --resume {archive.path}"
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `path` whole or not at all: temp file, fsync, rename, fsync of the folder.
-
-    ArchiveWriteError when it cannot be written (the temp file is removed, `path` is untouched).
-    """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except BaseException as exc:  # a failed write, or a stop arriving mid-write: no temporary file stays
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
-        if isinstance(exc, OSError):
-            raise ArchiveWriteError(path, len(data), exc) from None
-        raise
-
-
 _LAST: list = []
 """The run directory this process locked last (what a stop message reports on)."""
 
 
-def last_archive() -> "RunArchive | None":
+def last_archive() -> RunArchive | None:
     return _LAST[-1] if _LAST else None
 
 
@@ -258,6 +73,7 @@ class RunArchive:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self.folder_mode: int | None = None  # the run's permissions (files.folder_mode), set by create/note_resume
         self._metrics: int | None = None  # fd of metrics.jsonl, opened for appending
         self._lock_fd: int | None = None
         self.write_error: ArchiveWriteError | None = None
@@ -280,11 +96,14 @@ class RunArchive:
             _LAST[:] = [self]
 
     @classmethod
-    def create(cls, run_dir: str, config: dict[str, Any], argv: list[str]) -> "RunArchive":
+    def create(cls, run_dir: str, config: dict[str, Any], argv: list[str]) -> RunArchive:
+        """A new run directory, locked, owner-only unless `config["group_readable"]`; config.yaml and meta.json."""
         archive = cls(run_dir)
-        archive.path.mkdir(parents=True, exist_ok=True)
+        archive.folder_mode = folder_mode(bool(config.get("group_readable")))
+        archive.path.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(archive.path, archive.folder_mode)
         archive.lock()
-        (archive.path / "checkpoints").mkdir(exist_ok=True)
+        make_folder(archive.path / "checkpoints", archive.folder_mode)
         meta = {
             "run_id": uuid.uuid4().hex[:12],
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -308,9 +127,11 @@ class RunArchive:
         (`updates`; where not given, its env steps), so update numbers never repeat.
         """
         self.lock()
+        self.folder_mode = folder_mode(bool(config.get("group_readable")))
+        set_tree_mode(self.path, self.folder_mode)  # the resumed run's setting, for what is there and what comes
         self.last_checkpoint_updates = updates
         removed = self.remove_leftovers()
-        rows_removed = self.trim_metrics(updates=updates, env_steps=env_steps)
+        rows_removed = trim_metrics(self.path / "metrics.jsonl", updates=updates, env_steps=env_steps)
         meta = self.meta
         meta.setdefault("resumes", []).append({"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                                                "command": [Path(sys.argv[0]).name] + list(argv),
@@ -322,45 +143,7 @@ class RunArchive:
     def remove_leftovers(self) -> list[str]:
         """Temporaries of interrupted atomic writes and every discovery file: only while holding the lock."""
         assert self._lock_fd is not None, "remove_leftovers needs the run directory's lock"
-        removed = []
-        for folder in (self.path, self.path / "checkpoints"):
-            if folder.is_dir():
-                for path in sorted(folder.glob(".*.tmp")):
-                    path.unlink(missing_ok=True)
-                    removed.append(str(path.relative_to(self.path)))
-        return removed + remove_dead_targets(self.path / "discovery", everything=True)
-
-    def trim_metrics(self, updates: int | None = None, env_steps: int | None = None) -> int:
-        """Cut metrics.jsonl after the last row at or before `updates` (or `env_steps`); rows removed.
-
-        Rows are in update order, so this is a prefix; a torn last line (a kill mid-write) goes too.
-        """
-        path = self.path / "metrics.jsonl"
-        if not path.is_file() or (updates is None and env_steps is None):
-            return 0
-        keep, lines, cut = 0, 0, False
-        with open(path, "rb") as fh:
-            for line in fh:
-                lines += 1
-                if cut:
-                    continue
-                try:
-                    row = json.loads(line) if line.endswith(b"\n") else None
-                except ValueError:
-                    row = None
-                if not isinstance(row, dict) or (
-                        row.get("updates", 0) > updates if updates is not None else row.get("env_steps", 0) > env_steps):
-                    cut = True
-                    lines_kept = lines - 1
-                    continue
-                keep += len(line)
-        if not cut:
-            return 0
-        with open(path, "r+b") as fh:
-            fh.truncate(keep)
-            fh.flush()
-            os.fsync(fh.fileno())
-        return lines - lines_kept
+        return remove_temporaries(self.path) + remove_dead_targets(self.path / "discovery", everything=True)
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -383,7 +166,8 @@ class RunArchive:
         size = 0
         try:
             if self._metrics is None:
-                self._metrics = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                self._metrics = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                                        file_mode(self.path))
             size = os.fstat(self._metrics).st_size
             view = memoryview(data)
             while view:
@@ -464,11 +248,14 @@ class RunArchive:
         return state
 
     def close(self) -> None:
-        """Close metrics.jsonl, remove discovery files of processes that are gone, release the lock."""
+        """Close metrics.jsonl, remove discovery files of processes that are gone, set the run's permissions
+        on everything in it, release the lock."""
         if self._metrics is not None:
             os.close(self._metrics)
             self._metrics = None
         if self._lock_fd is not None:
             remove_dead_targets(self.path / "discovery")
+            if self.folder_mode is not None:  # files that libraries wrote with the umask (TensorBoard's) too
+                set_tree_mode(self.path, self.folder_mode)
             os.close(self._lock_fd)
             self._lock_fd = None
