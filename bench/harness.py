@@ -82,7 +82,7 @@ def train_run(fields: dict, run_dir: str, seconds: float) -> dict:
     from rlvitals.archive import RunArchive
     from rlvitals.training import train_local
 
-    cfg = TrainConfig(**{"verbosity": "off", "progress": False, "log_every_updates": 1,
+    cfg = TrainConfig(**{"verbosity": "off", "progress": False,
                          "checkpoint_interval": 10**9, **fields, "run_dir": run_dir}).validate()
     archive = RunArchive.create(cfg.run_dir, cfg.to_dict(), ["bench"])
     try:

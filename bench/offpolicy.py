@@ -78,7 +78,7 @@ def _recording(chosen, gaps: list):
 def fields(args, seed: int) -> dict:
     return {"env": "CartPole-v1", "mode": "ray", "num_actors": args.actors,
             "rollouts_in_flight": args.in_flight, "seed": seed, "total_env_steps": args.steps,
-            "device": "cpu", "verbosity": "off", "progress": False, "log_every_updates": 1,
+            "device": "cpu", "verbosity": "off", "progress": False,
             "checkpoint_interval": 10**9}
 
 

@@ -17,7 +17,7 @@ import torch
 from .archive import RunArchive
 
 RESUMABLE_FIELDS = {"total_env_steps", "verbosity", "metrics_port", "metrics_host", "progress",
-                    "log_interval_seconds", "log_every_updates", "checkpoint_interval", "address", "num_actors",
+                    "log_interval_seconds", "checkpoint_interval", "address", "num_actors",
                     "actor_cpus", "actor_gpus", "actor_resources", "rollouts_in_flight", "max_nonfinite_batches",
                     "return_threshold", "stop_at_threshold", "startup_timeout_seconds", "device", "run_dir",
                     "tensorboard", "group_readable"}
@@ -78,7 +78,7 @@ def check_resumable(run_dir, state: dict) -> None:
     import yaml
 
     from .archive import check_not_busy
-    from .config import ConfigError
+    from .config import RETIRED_FIELDS, ConfigError
 
     path = Path(run_dir)
     check_not_busy(path)
@@ -94,7 +94,8 @@ def check_resumable(run_dir, state: dict) -> None:
     config = state["config"]
     if not isinstance(config, dict) or not isinstance(state["network"], dict):
         raise ConfigError(f"checkpoint {str(ckpt)!r} is not an rlvitals checkpoint: its config or network is malformed")
-    fields = sorted(set(config) & set(saved) - RESUMABLE_FIELDS, key=lambda name: (name != "env", name))
+    fields = sorted(set(config) & set(saved) - RESUMABLE_FIELDS - set(RETIRED_FIELDS),
+                    key=lambda name: (name != "env", name))
     for name in fields:
         if _plain(config[name]) != _plain(saved[name]):
             raise ConfigError(f"checkpoint {str(ckpt)!r} was written with {name}={config[name]!r} but run {run_id} "

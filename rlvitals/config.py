@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,14 @@ IMAGE_NETWORKS = ("nature", "impala")
 
 class ConfigError(ValueError):
     """A configuration value is wrong; the message is one line for the user."""
+
+
+RETIRED_FIELDS = {
+    "log_every_updates": "metrics.jsonl rows follow a fixed cadence (docs/architecture.md)",
+}
+"""Fields no longer read, with why. Config files, and the config.yaml and checkpoint of every older run, still
+hold them: they load with the field dropped (with a one-line warning for a config file) rather than refused,
+so that no run made before becomes impossible to resume or evaluate."""
 
 
 @dataclass
@@ -130,8 +139,6 @@ class TrainConfig:
     (0700, 0600), as meta.json names the host and the command line and checkpoints hold the weights."""
     log_interval_seconds: float = 0.5
     """Seconds between refreshes of the progress display."""
-    log_every_updates: int = 10
-    """Learner updates between rows of metrics.jsonl (counted in updates, so rows are reproducible)."""
     checkpoint_interval: int = 500
     """Learner steps between checkpoints (a final one is always written)."""
     return_threshold: float | None = None
@@ -165,7 +172,7 @@ class TrainConfig:
         _choice("device", self.device, DEVICES)
         _choice("image_network", self.image_network, IMAGE_NETWORKS)
         for name in ("total_env_steps", "num_envs", "rollout_length", "update_epochs",
-                     "num_minibatches", "torch_threads", "checkpoint_interval", "log_every_updates",
+                     "num_minibatches", "torch_threads", "checkpoint_interval",
                      "rollouts_in_flight", "max_staleness", "max_nonfinite_batches"):
             _positive_int(name, getattr(self, name))
         for name in ("learning_rate", "clip_coef", "max_grad_norm", "vtrace_rho_clip",
@@ -320,6 +327,11 @@ def build_config(yaml_path: str | None = None, overrides: dict[str, Any] | None 
     layers.append(overrides or {})
     for layer in layers:
         for name, raw in layer.items():
+            if name in RETIRED_FIELDS:
+                if yaml_path and layer is layers[0]:
+                    logging.getLogger(__name__).warning("config file %r: %s is ignored and may be removed: %s",
+                                                        str(yaml_path), name, RETIRED_FIELDS[name])
+                continue
             if name not in known:
                 raise ConfigError(f"unknown config field {name!r}: expected one of {', '.join(sorted(known))}")
             values[name] = coerce(name, raw)

@@ -10,7 +10,7 @@ import torch
 from rlvitals.actors.runner import EnvRunner
 
 from .archive import RunArchive
-from .config import TrainConfig
+from .config import RETIRED_FIELDS, TrainConfig
 
 
 def load_network(run_dir: str):
@@ -20,7 +20,8 @@ def load_network(run_dir: str):
         raise ValueError(f"run_dir={run_dir!r} is invalid: no config.yaml there; expected a run directory")
     archive = RunArchive(path)
     state = archive.load_checkpoint()
-    cfg = TrainConfig(**{**state["config"], "hidden_sizes": tuple(state["config"]["hidden_sizes"])})
+    saved = {k: v for k, v in state["config"].items() if k not in RETIRED_FIELDS}  # older runs hold them
+    cfg = TrainConfig(**{**saved, "hidden_sizes": tuple(saved["hidden_sizes"])})
     from .training import make_network
 
     probe = EnvRunner(cfg.env, 1, seed=0)

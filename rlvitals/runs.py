@@ -7,11 +7,12 @@ from pathlib import Path
 
 import yaml
 
-from .config import TrainConfig
+from .config import RETIRED_FIELDS, TrainConfig
 
 IDENTITY = ("env", "agent", "seed", "mode", "run_dir", "total_env_steps", "progress", "metrics_port",
-            "metrics_host", "log_interval_seconds", "log_every_updates", "checkpoint_interval",
-            "return_threshold", "stop_at_threshold", "verbosity", "group_readable")
+            "metrics_host", "log_interval_seconds", "checkpoint_interval",
+            "return_threshold", "stop_at_threshold", "verbosity", "group_readable",
+            *RETIRED_FIELDS)  # older runs' config.yaml holds them; they never set anything
 
 
 def _load(run: Path) -> dict | None:

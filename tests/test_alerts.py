@@ -143,7 +143,7 @@ def _train(tmp_path: Path, name: str, seconds: float | None = None, **overrides)
     from rlvitals.training import train_local
 
     cfg = TrainConfig(env="CartPole-v1", seed=1, run_dir=str(tmp_path / name), progress=False, verbosity="off",
-                      log_every_updates=1, **overrides).validate()
+                      **overrides).validate()
     archive = RunArchive.create(cfg.run_dir, cfg.to_dict(), ["test"])
     start = time.perf_counter()
     stop = None if seconds is None else (lambda: time.perf_counter() - start > seconds)

@@ -72,7 +72,7 @@ def probe_config(env_id: str, seed: int, run_dir: str) -> TrainConfig:
     """
     return TrainConfig(env=env_id, seed=seed, run_dir=run_dir, total_env_steps=PROBE_ENV_STEPS, num_envs=16,
                        rollout_length=16, num_minibatches=2, update_epochs=4, learning_rate=5e-3, anneal_lr=False,
-                       gamma=REFERENCE_GAMMA, progress=False, verbosity="off", log_every_updates=1000).validate()
+                       gamma=REFERENCE_GAMMA, progress=False, verbosity="off").validate()
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class Leg:
 
     def config(self, probe: ProbeSpec, seed: int, run_dir: str) -> TrainConfig:
         cfg = dataclasses.replace(probe_config(probe.env_id, seed, run_dir), device="cpu", torch_threads=1,
-                                  log_every_updates=1, **self.settings)
+                                  **self.settings)
         if probe.env_id in GAMMA_PROBES:
             # V = 1 is learned by bootstrapping alone, which at gamma near 1 takes far longer than a probe
             # run; what they test (bootstrapping, time limits, discounting at all) does not depend on gamma's

@@ -64,7 +64,7 @@ def run_ray_leg(seed: int, parent: Path, leg: Leg = REFERENCE, started: float | 
                 ) -> tuple[list[Verdict], list[str]]:
     """(verdicts, human lines) of the Ray leg: probe 5 in local, Ray-sync and Ray-async mode."""
     started = time.perf_counter() if started is None else started
-    base = dataclasses.replace(leg.config(RAY_PROBE, seed, ""), log_every_updates=1)
+    base = leg.config(RAY_PROBE, seed, "")
     ray_cfg = dict(mode="ray", num_actors=1, actor_cpus=1.0, address="", verbosity="off")
     verdicts: list[Verdict] = []
     lines: list[str] = []
