@@ -4,7 +4,7 @@ Each statistic is checked where its true value is known: a uniform policy's
 relative entropy is 1, the KL between a policy and itself is 0, a value net
 that outputs 0 explains none of the targets' variance, a synchronous local
 run is never stale, a step's size is the parameter difference. The runs
-record through a real Recorder (telemetry's side is tested in test_telemetry.py).
+record through a real Recorder (telemetry's side is tested in test_telemetry_recorder.py).
 """
 
 from __future__ import annotations
