@@ -32,6 +32,12 @@ def resolve_env_id(env_id: str) -> str:
             importlib.import_module(module)
         except ImportError as exc:
             raise EnvError(f"env={env_id!r} is invalid: module {module!r} cannot be imported ({exc})") from None
+        except SystemExit as exc:  # a module that exits on import would end rlvitals silently
+            raise EnvError(f"env={env_id!r} is invalid: importing module {module!r} called sys.exit({exc.code!r}); "
+                           "expected a module that registers the env") from None
+        except Exception as exc:  # the user's module is broken: say how, in one line
+            raise EnvError(f"env={env_id!r} is invalid: importing module {module!r} raised "
+                           f"{type(exc).__name__}: {exc}; expected a module that registers the env") from None
         env_id = name
     if env_id not in gym.registry:
         from . import atari

@@ -10,7 +10,6 @@ import argparse
 import dataclasses
 import json
 import os
-import socket
 import sys
 from pathlib import Path
 
@@ -130,51 +129,40 @@ def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 
 def preflight(cfg: TrainConfig, fresh_dir: bool = True) -> None:
-    """Everything that can be checked before anything is written."""
-    from rlvitals.actors.envs import make_vector_env
+    """Everything that can be checked before anything is written, cheapest first."""
+    from .envcheck import check_env
+    from .limits import check_memory
+    from .training import atari_options, resolve_device
+    from .validate import check_metrics_address, check_run_dir_creatable
 
-    from .archive import check_writable
-    from .training import resolve_device
-
-    env = make_vector_env(cfg.env, 1)  # raises EnvError for unknown ids and unsupported spaces
-    env.close()
-    if cfg.agent == "fixed":
-        from rlvitals.actors.agents import FixedActionAgent
-
-        env = make_vector_env(cfg.env, 1)
-        try:
-            FixedActionAgent(env.single_action_space, cfg.fixed_action)
-        finally:
-            env.close()
+    obs_space, action_space = check_env(cfg, atari_options(cfg))  # built, reset and stepped once
+    check_memory(cfg, obs_space, action_space)
     try:
         resolve_device(cfg)
-        if fresh_dir:
-            check_writable(cfg.run_dir)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    if fresh_dir:
+        check_run_dir_creatable(cfg.run_dir)
+    if cfg.verbosity != "off":
+        check_metrics_address(cfg.metrics_host, cfg.metrics_port)
     if cfg.mode == "ray":
         from .distributed import preflight_ray
 
         preflight_ray(cfg)
-    if cfg.metrics_port and cfg.verbosity != "off" and cfg.metrics_host != "node":
-        with socket.socket() as sock:
-            try:
-                sock.bind((cfg.metrics_host, cfg.metrics_port))
-            except OSError:
-                raise ConfigError(f"metrics_port={cfg.metrics_port} is invalid: it is in use on "
-                                  f"{cfg.metrics_host}; expected a free port or 0") from None
 
 
 def resume_config(args: argparse.Namespace) -> tuple[TrainConfig, dict]:
     """The config of the run being resumed, with the few overrides that keep it the same run."""
     from .archive import RunArchive
     from .checkpoint import RESUMABLE_FIELDS, check_resumable
+    from .validate import check_checkpoint_content
 
     path = Path(args.resume)
     if not (path / "config.yaml").is_file():
         raise ConfigError(f"resume={args.resume!r} is invalid: no config.yaml there; expected a run directory")
     try:
         state = RunArchive(path).load_checkpoint()
+        check_checkpoint_content(path / "checkpoints" / "latest.pt", state)
         check_resumable(path, state)  # not busy, the run's own checkpoint, fits the env as it is now
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
@@ -231,8 +219,12 @@ def _human_summary(cfg: TrainConfig, summary: dict) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    if args.episodes <= 0:
-        raise UsageError(f"--episodes={args.episodes} is invalid: expected an integer > 0")
+    from .limits import EVAL_EPISODES_MAX
+    from .validate import check_seed_flag
+
+    if not 0 < args.episodes <= EVAL_EPISODES_MAX:
+        raise UsageError(f"--episodes={args.episodes} is invalid: expected an integer from 1 to {EVAL_EPISODES_MAX}")
+    check_seed_flag("--seed", args.seed)
     from .evaluate import evaluate_run
 
     try:
@@ -279,6 +271,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor.command import run_command
+    from .validate import check_seed_flag
+
+    check_seed_flag("--seed", args.seed)
 
     return run_command(args)
 
@@ -316,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         return COMMANDS[args.command](args)
     except (UsageError, ConfigError, EnvError) as exc:
-        print(f"rlvitals: error: {exc}", file=sys.stderr)
+        print(f"rlvitals: error: {' '.join(str(exc).split())}", file=sys.stderr)  # one line, whatever it quotes
         return EXIT_USAGE
     except (KeyboardInterrupt, RunStopped) as exc:  # says only what was written (rlvitals/signals.py)
         return report_abort(exc)
