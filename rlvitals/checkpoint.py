@@ -103,14 +103,14 @@ def check_resumable(run_dir, state: dict) -> None:
     if state.get("run_id") not in (None, run_id):
         raise ConfigError(f"checkpoint {str(ckpt)!r} belongs to run {state['run_id']}, not to run {run_id} of "
                           f"{str(path)!r}; expected the run's own checkpoint")
-    _check_network_fits(ckpt, state)
+    check_network_fits(ckpt, state)
 
 
 def _plain(value):
     return [_plain(v) for v in value] if isinstance(value, (list, tuple)) else value
 
 
-def _check_network_fits(ckpt, state: dict) -> None:
+def check_network_fits(ckpt, state: dict) -> None:
     """ConfigError unless a network built for the env as it is now has the checkpoint's tensor names and shapes."""
     from .config import ConfigError, TrainConfig
     from .parts import env_spaces, make_network

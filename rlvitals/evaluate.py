@@ -10,23 +10,29 @@ import torch
 from rlvitals.actors.runner import EnvRunner
 
 from .archive import RunArchive
-from .config import RETIRED_FIELDS, TrainConfig
+from .config import ConfigError, build_config
 
 
 def load_network(run_dir: str):
-    """(config, network) from a run directory's latest checkpoint."""
+    """(config, network) from a run directory's latest checkpoint; ConfigError (one line) when it cannot be used."""
+    from .checkpoint import check_network_fits
+    from .envcheck import check_env
+    from .training import atari_options, make_network
+    from .validate import check_checkpoint_content
+
     path = Path(run_dir)
     if not (path / "config.yaml").is_file():
         raise ValueError(f"run_dir={run_dir!r} is invalid: no config.yaml there; expected a run directory")
-    archive = RunArchive(path)
-    state = archive.load_checkpoint()
-    saved = {k: v for k, v in state["config"].items() if k not in RETIRED_FIELDS}  # older runs hold them
-    cfg = TrainConfig(**{**saved, "hidden_sizes": tuple(saved["hidden_sizes"])})
-    from .training import make_network
-
-    probe = EnvRunner(cfg.env, 1, seed=0)
-    net = make_network(cfg, probe.obs_space, probe.action_space)
-    probe.close()
+    ckpt = path / "checkpoints" / "latest.pt"
+    state = RunArchive(path).load_checkpoint()
+    check_checkpoint_content(ckpt, state, parts=("config", "network"))
+    try:  # defaults for fields newer than the run; retired fields dropped; unknown ones refused
+        cfg = build_config(None, state["config"])
+    except ConfigError as exc:
+        raise ConfigError(f"checkpoint {str(ckpt)!r} holds a config this version cannot use: {exc}") from None
+    obs_space, action_space = check_env(cfg, atari_options(cfg))
+    check_network_fits(ckpt, state)
+    net = make_network(cfg, obs_space, action_space)
     net.load_state_dict(state["network"])
     net.eval()
     return cfg, net
