@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -13,8 +14,27 @@ from .render import discovery_globs
 from .supervise import STATE_FILE, http_ok, port_free, read_state, running, stop_process
 from .tools import choose_backend
 
+PROMETHEUS_DURATION = re.compile(r"((\d+)y)?((\d+)w)?((\d+)d)?((\d+)h)?((\d+)m)?((\d+)s)?((\d+)ms)?")
+
+
+def check_up_args(args: argparse.Namespace) -> None:
+    """StackError (one line, exit 2) for a bad flag of `up`, before any folder is made."""
+    for port, flag in ((args.prometheus_port, "--prometheus-port"), (args.grafana_port, "--grafana-port")):
+        if not 1 <= port <= 65535:
+            raise StackError(f"{flag}={port} is invalid: expected a port from 1 to 65535")
+    interval = args.scrape_interval
+    if interval is not None and (not PROMETHEUS_DURATION.fullmatch(interval) or not re.search(r"[1-9]", interval)):
+        raise StackError(f"--scrape-interval={interval!r} is invalid: expected a Prometheus duration > 0 such as "
+                         "1s, 500ms or 1m30s")
+    state_dir = Path(args.state_dir).expanduser()
+    existing = next((p for p in (state_dir, *state_dir.absolute().parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise StackError(f"--state-dir={args.state_dir!r} is invalid: {str(existing)!r} is a file; expected a "
+                         "folder (new or the stack's own)")
+
 
 def up(args: argparse.Namespace) -> int:
+    check_up_args(args)
     state_dir = Path(args.state_dir).expanduser().resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     (state_dir / "targets").mkdir(exist_ok=True)
