@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import yaml
@@ -16,13 +17,23 @@ IDENTITY = ("env", "agent", "seed", "mode", "run_dir", "total_env_steps", "progr
 
 
 def _load(run: Path) -> dict | None:
+    """The run's config and summary; None for a folder that is not a readable run (a torn summary is named)."""
     try:
         config = yaml.safe_load((run / "config.yaml").read_text()) or {}
-    except (OSError, yaml.YAMLError):
+    except (OSError, ValueError, yaml.YAMLError):
         return None
-    summary = {}
+    if not isinstance(config, dict):  # some other tool's config.yaml
+        return None
+    summary: object = {}
     if (run / "summary.json").is_file():
-        summary = json.loads((run / "summary.json").read_text())
+        try:
+            summary = json.loads((run / "summary.json").read_text())
+        except (OSError, ValueError):  # torn by a crash mid-write, or not text
+            summary = None
+    if not isinstance(summary, dict):
+        logging.getLogger("rlvitals.runs").warning(
+            "skipped run %s: its summary.json is torn or not a JSON object", run)
+        return None
     return {"path": str(run), "config": config, "summary": summary}
 
 
