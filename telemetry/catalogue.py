@@ -19,6 +19,8 @@ LEVELS = ("off", "minimal", "standard", "debug")
 KINDS = ("counter", "gauge", "histogram", "info")
 STATS = ("min", "max", "mean", "std")
 
+TIMINGS_NOT_IN_ROWS = "timings differ in every repetition of a run, and rows are reproducible (`wall_seconds` aside)"
+
 STALENESS_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 # Symmetric, roughly logarithmic: value-like quantities from -1000 to 1000.
 SIGNED_BUCKETS = tuple(sorted({s * b for b in (0.01, 0.1, 0.3, 1, 3, 10, 30, 100, 300, 1000) for s in (-1, 1)} | {0.0}))
@@ -39,7 +41,10 @@ class Metric:
     label_values: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """The closed set of values of each label (all labels are bounded by construction)."""
     source: str | None = None
-    """Row key (metrics.jsonl); with a label, a pattern such as 'value_{stat}'. None: live only."""
+    """Key of the value in the learner's statistics or the run's counters, and in metrics.jsonl rows unless
+    `not_in_rows` says why not; with a label, a pattern such as 'value_{stat}'. None: live only."""
+    not_in_rows: str = ""
+    """Why `source` is not a metrics.jsonl key too (empty: it is one)."""
     buckets: tuple[float, ...] | None = None
     hardware: bool = False
     """Only has samples where the hardware exists (GPU); the family is always declared."""
@@ -77,7 +82,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("rlvitals_learner_training_intensity", "gauge", "learner", "standard", "short",
            "Samples learned per sample collected. Healthy: steady, equal to the epochs per batch in "
            "synchronous mode; falling means actors out-produce the learner, rising means samples are reused.",
-           source="training_intensity"),
+           source="training_intensity",
+           not_in_rows="computed when scraped; in rows it is `samples_learned` / `actor_env_steps`"),
     Metric("rlvitals_learner_sample_staleness_steps", "histogram", "learner", "standard", "short",
            "Network age of each sample when it reaches the learner: learner steps between the network that "
            "produced it and the one learning from it. Healthy: a steady value (exactly 0 in synchronous local "
@@ -191,7 +197,7 @@ METRICS: tuple[Metric, ...] = (
            "broadcasts are too big or too frequent.",
            labels=("phase",),
            label_values={"phase": ("wait", "transfer", "forward_backward", "optimizer", "publish")},
-           source="time_{phase}"),
+           source="time_{phase}", not_in_rows=TIMINGS_NOT_IN_ROWS),
     Metric("rlvitals_learner_value_trace", "gauge", "learner", "debug", "none",
            "Value and reward along one recent trajectory of the batch (fixed length: the rollout). Healthy: "
            "values rise roughly exponentially toward rewards, then drop when a reward is collected.",
@@ -234,7 +240,7 @@ METRICS: tuple[Metric, ...] = (
            "Seconds actors spent stepping envs, running policy inference, and waiting for weights. A large "
            "`weight_wait` share means actors idle on the learner.",
            labels=("phase",), label_values={"phase": ("env_step", "inference", "weight_wait")},
-           source="time_{phase}"),
+           source="time_{phase}", not_in_rows=TIMINGS_NOT_IN_ROWS),
     Metric("rlvitals_actor_weight_version", "gauge", "actor", "minimal", "short",
            "Age of the network the actor acts with. Healthy: follows rlvitals_learner_network_age closely.",
            source="policy_age"),

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from .catalogue import LEVELS, METRICS, Metric, exposed_names
 from .recorder import COMPONENTS, Recorder
+from .rowkeys import render_section as render_rows_section
 
 DEFAULT_LEVEL = "standard"
 """The level a run uses when nothing sets one (TrainConfig.verbosity; checked by the tests)."""
@@ -235,8 +236,10 @@ def _metric_block(metric: Metric) -> list[str]:
         if len(exposed_names(metric)) == 1:
             samples += " only: with negative buckets the exposition carries no `_sum` or `_count`"
         lines.append(f"- **Samples:** {samples}")
-    if metric.source:
+    if metric.source and not metric.not_in_rows:
         lines.append(f"- **metrics.jsonl key:** `{metric.source}`")
+    elif metric.source:
+        lines.append(f"- **Not in metrics.jsonl:** {metric.not_in_rows}.")
     if metric.hardware:
         lines.append("- **Hardware:** only has samples where the hardware exists; the family is always declared.")
     lines += ["", metric.help, ""]
@@ -301,6 +304,7 @@ def render() -> str:
         "No metric is labelled by actor or episode.",
         "- **Series**: how many series the metric adds to one process that exports it.",
         "",
+        *render_rows_section(),
         "## Index",
         "",
         "| metric | type | level | unit |",

@@ -1,0 +1,80 @@
+"""What a metrics.jsonl row holds, for the metric reference (docs/metrics.md) and the test that holds it to
+what a real run writes (tests/test_reference_keys.py).
+
+A row holds the `source` key of every catalogue metric that has one (unless its `not_in_rows` says why not),
+the keys below that no metric exports, and at debug the learner's per-layer statistics. Verbosity decides
+what is exported, not what is recorded: only the per-layer keys depend on it.
+"""
+
+from __future__ import annotations
+
+from itertools import product
+
+from .catalogue import METRICS, Metric
+
+ROW_ONLY_KEYS = {
+    "mean_return_last_100": "mean return of the last 100 episodes (the progress line's figure)",
+    "actor_env_steps": "env steps the actors delivered, batches dropped as stale included",
+    "wall_seconds": "training seconds since the run started, resumes included (read from the clock)",
+    "nonfinite": "1 when the batch held NaN or inf and was not learned from, else 0",
+    "nonfinite_samples": "samples of the batch not learned from for that reason",
+    "loss_finite": "1 when every minibatch loss of the update was finite",
+    "grads_finite": "1 when every gradient of the update was finite",
+    "params_finite": "1 when the weights after the update are finite",
+}
+"""Row keys that no metric exports, with what they hold."""
+
+LEARNER_ONLY_KEYS = ("nonfinite", "nonfinite_samples", "loss_finite", "grads_finite", "params_finite")
+"""Statistics of the learner, absent where none runs (the `random` and `fixed` probe agents)."""
+
+PER_LAYER_KEYS = {
+    "layer_weight_rms/": "rlvitals_learner_layer_weight_rms",
+    "layer_gradient_rms/": "rlvitals_learner_layer_gradient_rms",
+    "layer_activation_std/": "rlvitals_learner_layer_activation_std",
+    "layer_dead_ratio/": "rlvitals_learner_layer_dead_ratio",
+}
+"""At debug, one key per network layer (`<prefix><layer>`) for each per-layer metric."""
+
+
+def source_keys(metric: Metric) -> list[str]:
+    """The row keys of a metric's `source`, one per combination of its labels' values."""
+    if not metric.source:
+        return []
+    if not metric.labels:
+        return [metric.source]
+    combos = product(*(metric.label_values[label] for label in metric.labels))
+    return [metric.source.format(**dict(zip(metric.labels, combo, strict=True))) for combo in combos]
+
+
+def row_keys(level: str) -> tuple[set[str], set[str]]:
+    """(keys, prefixes) a row may hold at `level`: exact keys, and the per-layer prefixes at debug."""
+    keys = {key for m in METRICS if not m.not_in_rows for key in source_keys(m)} | set(ROW_ONLY_KEYS)
+    return keys, set(PER_LAYER_KEYS) if level == "debug" else set()
+
+
+def render_section() -> list[str]:
+    """The page's metrics.jsonl section."""
+    out = [
+        "## metrics.jsonl",
+        "",
+        "Each run also records rows in `<run_dir>/metrics.jsonl` (when: docs/architecture.md). A row holds, "
+        "where defined (an undefined value is left out, never written as 0):",
+        "",
+        "- the **metrics.jsonl key** of every metric on this page that names one, at every verbosity, `off` "
+        "included: the level decides what is exported, not what is recorded;",
+        "- these keys, which no metric exports:",
+        "",
+        "| key | holds |",
+        "|---|---|",
+    ]
+    out += [f"| `{key}` | {text} |" for key, text in ROW_ONLY_KEYS.items()]
+    out += [
+        "",
+        "- at `debug` only, one key per network layer for each per-layer metric: "
+        + ", ".join(f"`{prefix}<layer>` ({name})" for prefix, name in PER_LAYER_KEYS.items()) + ".",
+        "",
+        ", ".join(f"`{k}`" for k in LEARNER_ONLY_KEYS) + " and the learner's other per-batch statistics "
+        "(losses, `kl`, ...) are there only where a learner runs: not for the `random` and `fixed` probe agents.",
+        "",
+    ]
+    return out
