@@ -197,11 +197,13 @@ class PPOLearner:
         sums = _StepSums(dev)
         fwd_s = opt_s = 0.0
         steps = 0
+        directions: dict = {}
         for epoch in range(s.update_epochs):
             order = torch.randperm(b.count, generator=self.generator).to(dev, non_blocking=True)
             for mb in order.chunk(s.num_minibatches):
                 ta = time.perf_counter()
-                loss, parts, mb_params = self._forward_backward(b, mb)
+                # Loss directions are exact per sample: the update's first minibatch is enough to watch them.
+                loss, parts, mb_params = self._forward_backward(b, mb, directions if steps == 0 else None)
                 grads = diag.flat_grads(net)
                 parts.update({f"grad_norm_{head}": grads.index_select(0, at).norm() for head, at in self.heads.items()})
                 tb = time.perf_counter()
@@ -214,24 +216,28 @@ class PPOLearner:
                 sums.add(loss, parts, grad_norm, grads, first_epoch=epoch == 0)
                 if epoch == s.update_epochs - 1:   # each sample once, with the policy learning it
                     sums.kl = sums.kl + net.dist.kl(b.mb_params[mb], mb_params.detach().float()).sum()
-        return _Update(before=before, steps=steps, stats=sums.result(steps, b.count, s.num_minibatches,
-                                                                      self.noise_scale), fwd_s=fwd_s, opt_s=opt_s)
+        stats = {**sums.result(steps, b.count, s.num_minibatches, self.noise_scale), **directions}
+        return _Update(before=before, steps=steps, stats=stats, fwd_s=fwd_s, opt_s=opt_s)
 
-    def _forward_backward(self, b: _Batch, mb: torch.Tensor):
-        """The loss of one minibatch under the network as it is now, and its gradients (not yet clipped)."""
+    def _forward_backward(self, b: _Batch, mb: torch.Tensor, directions: dict | None = None):
+        """The loss of one minibatch under the network as it is now, and its gradients (not yet clipped).
+
+        `directions`, when given, receives which way the loss moves each output (diagnostics.loss_directions).
+        """
         net = self.net
         with self._autocast():
             params, values = net(b.mb_obs[mb])
             logp = net.dist.log_prob(params, b.mb_actions[mb])
             entropy = net.dist.entropy(params)
-            for output in (logp, values, entropy):   # their gradients show which way the loss pulls them
-                if output.requires_grad:
+            for output in (logp, values, entropy) if directions is not None else ():
+                if output.requires_grad:   # their gradients show which way the loss pulls them
                     output.retain_grad()
             loss, parts = ppo_loss(logp, b.mb_logp[mb], values, b.mb_adv[mb], b.mb_targets[mb], entropy, self.s)
         self.optimizer.zero_grad(set_to_none=False)
         loss.backward()
-        parts.update(diag.loss_directions(logp, values, entropy, b.mb_adv[mb], b.mb_targets[mb],
-                                          self.s.normalize_advantages))
+        if directions is not None:
+            directions.update(diag.loss_directions(logp, values, entropy, b.mb_adv[mb], b.mb_targets[mb],
+                                                   self.s.normalize_advantages))
         return loss, parts, params
 
     def _report(self, b: _Batch, u: _Update) -> dict:

@@ -148,9 +148,9 @@ METRICS: tuple[Metric, ...] = (
            "(negative entropy). Healthy: fall early, then level out; a poor localiser of bugs on its own.",
            labels=("part",), label_values={"part": ("policy", "value", "entropy")}, source="{part}_loss"),
     Metric("rlvitals_learner_loss_direction", "gauge", "learner", "standard", "none",
-           "Which way the loss moves each network output, read from its gradient (scale-free, averaged over "
-           "the update's minibatches). policy: -dL/dlogp against the centred advantages, about 1 - clip "
-           "fraction when healthy; value: dL/dV against (V - target), the value coefficient when healthy; "
+           "Which way the loss moves each network output, read from its gradient (scale-free, on the "
+           "update's first minibatch). policy: -dL/dlogp against the centred advantages, about 1 "
+           "when healthy (exactly 1 on fresh samples); value: dL/dV against (V - target), the value coefficient; "
            "entropy: -dL/dH, the entropy coefficient. A correct loss can never read below 0 on any of them: "
            "negative is a sign error (advantages or ratio flipped, a value loss that ascends, an entropy "
            "bonus subtracted).",
@@ -241,7 +241,7 @@ METRICS: tuple[Metric, ...] = (
            "`weight_wait` share means actors idle on the learner.",
            labels=("phase",), label_values={"phase": ("env_step", "inference", "weight_wait")},
            source="time_{phase}", not_in_rows=TIMINGS_NOT_IN_ROWS),
-    Metric("rlvitals_actor_weight_version", "gauge", "actor", "minimal", "short",
+    Metric("rlvitals_actor_network_age", "gauge", "actor", "minimal", "short",
            "Age of the network the actor acts with. Healthy: follows rlvitals_learner_network_age closely.",
            source="policy_age"),
 
@@ -258,9 +258,9 @@ METRICS: tuple[Metric, ...] = (
            "`nonfinite` (NaN or inf in the batch or its update). Healthy: flat; any `nonfinite` needs a look.",
            labels=("reason",), label_values={"reason": ("stale", "nonfinite")}, source="dropped_{reason}"),
     Metric("rlvitals_weight_publishes_total", "counter", "queue", "standard", "short",
-           "New network versions published to the actors."),
+           "Networks published to the actors (at most one per network age)."),
     Metric("rlvitals_weight_publish_bytes_total", "counter", "queue", "standard", "bytes",
-           "Bytes of weights published to the actors (one copy per version)."),
+           "Bytes of weights published to the actors (one copy per network age published)."),
     Metric("rlvitals_actor_restarts_total", "counter", "queue", "minimal", "short",
            "Actor processes restarted after a crash. Healthy: 0; repeated restarts need the actor's log."),
 
