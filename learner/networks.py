@@ -170,8 +170,8 @@ class ActorCritic(nn.Module):
 
     Vector observations get separate policy and value MLPs (sharing hurts small
     control tasks); images share one CNN (`image_network`: `nature` or `impala`).
-    `age` counts optimizer steps: it is the version stamped on every sample this
-    network produces.
+    `age` counts optimizer steps; every sample this network produces is stamped
+    with it (a rollout's `policy_age`).
     """
 
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, hidden_sizes=(64, 64),

@@ -32,7 +32,7 @@ class Telemetry(Protocol):
     """Where /metrics is served (None: nowhere)."""
 
     def record_rollout(self, rollout) -> None:
-        """Actor-side metrics of one rollout: env steps, episodes, actor phases, network version."""
+        """Actor-side metrics of one rollout: env steps, episodes, actor phases, network age."""
 
     def record_learn(self, stats: dict) -> None:
         """Learner-side metrics of one batch, from the dict `PPOLearner.learn` returned."""
@@ -44,7 +44,7 @@ class Telemetry(Protocol):
         """Samples discarded before learning: reason `stale` or `nonfinite`."""
 
     def record_publish(self, num_bytes: float) -> None:
-        """One new network version put where the actors fetch it."""
+        """The network of one new age put where the actors fetch it."""
 
     def record_restarts(self, count: int) -> None:
         """`count` more actor processes were restarted."""

@@ -159,7 +159,7 @@ class Recorder:
             self.collected += rollout.env_steps
             self._inc("rlvitals_actor_env_steps_total", rollout.env_steps)
             self._inc("rlvitals_actor_episodes_total", len(ep.returns))
-            self._set("rlvitals_actor_weight_version", rollout.policy_age)
+            self._set("rlvitals_actor_network_age", rollout.policy_age)
             for phase in ("env_step", "inference", "weight_wait"):
                 self._inc("rlvitals_actor_phase_seconds_total", timings.get(phase, 0.0), (phase,))
             finite = np.isfinite(ep.returns)

@@ -244,7 +244,7 @@ RULES: tuple[Rule, ...] = (
          "Samples are staler than the queues can explain in run {{ $labels.run_id }}",
          "A batch is learned from at most as many updates after it was requested as there are batches "
          "queued ahead of it; these are older still for 10 s: actors keep acting with old weights "
-         "(weights not published, not loaded, or an actor stuck on an old version).", after_updates=3),
+         "(weights not published, not loaded, or an actor stuck on an old network).", after_updates=3),
     # Each batch was requested with the weights current at request time, so after more updates than
     # the queues hold, some batch must come from a newer network.
     Rule("RLActorWeightsFrozen",
@@ -252,7 +252,7 @@ RULES: tuple[Rule, ...] = (
          "fast", "critical", "weight-sync",
          "Actors act with weights that stopped changing in run {{ $labels.run_id }}",
          "In the last 10 s the learner learned from more batches than its queues can hold, and every one "
-         "came from the same network version: new weights are not published to the actors, or actors "
+         "came from the same network age: new weights are not published to the actors, or actors "
          "never load them.", after_updates=5),
     # A leak that exhausts a machine within hours grows by tens of MiB a minute; both halves of the
     # window must grow, so a one-off allocation (a checkpoint buffer, a bigger batch) does not count.

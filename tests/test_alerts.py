@@ -82,8 +82,8 @@ def test_expressions_render_and_evaluate_alike():
     frozen = (Delta(S("age"), 20) > 0) & Delta(S("policy_age", agg="min"), 20).eq(0)
     assert frozen.promql() == (
         "(((max by (run_id) (rlvitals_learner_network_age)) - (max by (run_id) (rlvitals_learner_network_age "
-        "offset 20s))) > (0)) and (((min by (run_id) (rlvitals_actor_weight_version)) - (min by (run_id) "
-        "(rlvitals_actor_weight_version offset 20s))) == (0))")
+        "offset 20s))) > (0)) and (((min by (run_id) (rlvitals_actor_network_age)) - (min by (run_id) "
+        "(rlvitals_actor_network_age offset 20s))) == (0))")
     assert frozen.value(series.lookup, 10) is None     # the actors followed the learner
     assert frozen.value(series.lookup, 30) == 80       # `and` keeps the left value: age rose by 80
     ratio = S("kl") / S("clip_fraction")

@@ -135,7 +135,7 @@ def test_record_rollout_sets_actor_metrics():
     for stat, value in {"min": 10.0, "max": 20.0, "mean": 15.0, "std": 5.0}.items():
         assert get("rlvitals_actor_episode_length", {"stat": stat}) == value
     assert get("rlvitals_actor_solve_ratio") == 0.5
-    assert get("rlvitals_actor_weight_version") == 5
+    assert get("rlvitals_actor_network_age") == 5
     assert get("rlvitals_actor_phase_seconds_total", {"phase": "env_step"}) == 0.25
     assert get("rlvitals_actor_phase_seconds_total", {"phase": "inference"}) == 0.5
     assert get("rlvitals_actor_phase_seconds_total", {"phase": "weight_wait"}) == 0.0
@@ -149,7 +149,7 @@ def test_record_rollout_sets_actor_metrics():
     assert get("rlvitals_actor_episode_return", {"stat": "std"}) == pytest.approx(np.std([1, 3, 5, 7]))
     assert get("rlvitals_actor_episode_length", {"stat": "max"}) == 40
     assert get("rlvitals_actor_solve_ratio") == 0.75
-    assert get("rlvitals_actor_weight_version") == 7
+    assert get("rlvitals_actor_network_age") == 7
     assert get("rlvitals_actor_phase_seconds_total", {"phase": "env_step"}) == 0.75
     # Training intensity: samples learned per sample collected.
     recorder.record_learn({**fake_learner_stats(), "samples_learned": 80.0})
