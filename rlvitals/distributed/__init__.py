@@ -5,7 +5,7 @@ asks Ray for a CPU, so it cannot wait for one that the actors hold. Actors
 are Ray actors that Ray restarts when they die; each keeps up to
 `rollouts_in_flight` rollouts requested ahead, so it only idles when the
 learner falls that far behind (backpressure, not unbounded memory). New
-weights go into the object store once per version; every actor gets the
+weights go into the object store once per network age; every actor gets the
 same reference. One sidecar per node exports host and GPU vitals.
 
 Modules, one job each:

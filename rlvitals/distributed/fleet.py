@@ -87,16 +87,16 @@ class Fleet:
 
     # ------------------------------------------------------------- work and weights
     def publish(self, net) -> tuple[list, int]:
-        """The network's weights into the object store, once per version: ([ref], version) for `submit`."""
+        """The network's weights into the object store, once per network age: ([ref], age) for `submit`."""
         with self.telemetry.phase("publish"):
             state = {k: v.detach().cpu() for k, v in net.state_dict().items()}
             ref = self.ray.put(state)
             self.telemetry.record_publish(sum(v.numel() * v.element_size() for v in state.values()))
         return [ref], net.age
 
-    def submit(self, i: int, weights, version: int):
+    def submit(self, i: int, weights, weights_age: int):
         """Ask actor i for a rollout: (object ref, task), where task = (actor index, its generation)."""
-        return self.actors[i].collect.remote(weights, version), (i, self.generation[i])
+        return self.actors[i].collect.remote(weights, weights_age), (i, self.generation[i])
 
     # ------------------------------------------------------------- deaths and restarts
     def actor_failed(self, task: tuple[int, int], error: Exception) -> None:

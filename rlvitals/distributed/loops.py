@@ -27,9 +27,9 @@ class SyncRollouts:
 
     def next(self) -> Rollout:
         run, fleet, ray = self.run, self.fleet, self.ray
-        weights, version = fleet.publish(run.net)
+        weights, weights_age = fleet.publish(run.net)
         with run.telemetry.phase("wait"):
-            refs = dict(fleet.submit(i, weights, version) for i in range(fleet.num_actors))
+            refs = dict(fleet.submit(i, weights, weights_age) for i in range(fleet.num_actors))
             rollouts: dict[int, Rollout] = {}
             while refs:
                 ready, _ = ray.wait(list(refs), num_returns=1)
@@ -39,7 +39,7 @@ class SyncRollouts:
                 except ray.exceptions.RayError as exc:
                     fleet.actor_failed(task, exc)
                     fleet.wait_until_back(task[0])
-                    ref, task = fleet.submit(task[0], weights, version)
+                    ref, task = fleet.submit(task[0], weights, weights_age)
                     refs[ref] = task
         run.queue(0, fleet.num_actors)
         return Rollout.concat([rollouts[i] for i in sorted(rollouts)])
@@ -63,7 +63,7 @@ class AsyncRollouts:
         self.run, self.fleet, self.ray = run, fleet, fleet.ray
         self.per_actor = run.cfg.rollouts_in_flight
         self.capacity = fleet.num_actors * self.per_actor
-        self.weights, self.version = fleet.publish(run.net)
+        self.weights, self.weights_age = fleet.publish(run.net)
         self.in_flight: dict = {}
         """object ref of a requested rollout -> task (actor index, generation)."""
         self.owed: int | None = None
@@ -72,7 +72,7 @@ class AsyncRollouts:
                 self._submit(i)
 
     def _submit(self, i: int) -> None:
-        ref, task = self.fleet.submit(i, self.weights, self.version)
+        ref, task = self.fleet.submit(i, self.weights, self.weights_age)
         self.in_flight[ref] = task
 
     def next(self) -> Rollout | None:
@@ -80,7 +80,7 @@ class AsyncRollouts:
         run, fleet, ray = self.run, self.fleet, self.ray
         if self.owed is not None:
             if run.learner is not None:
-                self.weights, self.version = fleet.publish(run.net)
+                self.weights, self.weights_age = fleet.publish(run.net)
             self._submit(self.owed)
             self.owed = None
         while True:

@@ -49,7 +49,7 @@ class RolloutWorker:
         self.net = make_network(cfg, self.runner.obs_space, self.runner.action_space)
         self.net.seed(seed_for_actor(cfg.seed, actor_id))
         self.agent = make_agent(cfg, self.runner, self.net)
-        self.version = -1
+        self.weights_age = -1  # network age of the weights loaded last
         self.node_ip = ray.util.get_node_ip_address()
         host = self.node_ip if cfg.metrics_host == "node" else cfg.metrics_host
         extra = {"actor": str(actor_id)} if cfg.verbosity == "debug" else None
@@ -60,13 +60,13 @@ class RolloutWorker:
         return {"actor_id": self.actor_id, "address": endpoint_address(self.telemetry), "pid": os.getpid(),
                 "node": self.node_ip}
 
-    def collect(self, weights: list | None, version: int) -> Rollout:
+    def collect(self, weights: list | None, weights_age: int) -> Rollout:
         import ray
 
         t0 = time.perf_counter()
-        if weights and version != self.version:
+        if weights and weights_age != self.weights_age:
             self.net.load_state_dict(ray.get(weights[0]))
-            self.version = version
+            self.weights_age = weights_age
         waited = time.perf_counter() - t0
         try:
             rollout = self.runner.collect(self.agent, self.cfg.rollout_length)
