@@ -70,7 +70,8 @@ METRICS: tuple[Metric, ...] = (
            "Optimizer steps taken (the network's age). Healthy: rises at a steady rate; a flat line means "
            "the learner is starved or stuck.", source="learner_steps"),
     Metric("rlvitals_learner_network_age", "gauge", "learner", "minimal", "short",
-           "Current age of the learner's network in optimizer steps; the version stamped on new samples.",
+           "Current age of the learner's network in optimizer steps; every new sample is stamped with it "
+           "(`policy_age` in rows: the age of the network that acted).",
            source="age"),
     Metric("rlvitals_learner_updates_total", "counter", "learner", "standard", "short",
            "Batches (rollouts) the learner has trained on.", source="updates"),

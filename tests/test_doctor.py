@@ -500,7 +500,7 @@ def test_ray_leg_follows_the_learner_and_replays_local_mode(tmp_path):
     staleness = [row["staleness"] for row in rows if "staleness" in row]
     assert staleness and max(staleness) > 0 and max(staleness) <= 2 * 4 * 2
 
-    # planted: weights published once and never again; the actor's version stops following the learner
+    # planted: weights published once and never again; the actor's network age stops following the learner
     found = ray_leg(tmp_path / "bug", "weights-never-republished")
     rules = {v["rule"]: v for v in found["verdicts"]}
     assert set(rules) >= {"doctor-ray-sync-differs-from-local", "doctor-ray-weights-fall-behind"}, found

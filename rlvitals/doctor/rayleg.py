@@ -1,6 +1,6 @@
 """`rlvitals doctor --ray`: the Ray path with one actor, asynchronous and synchronous.
 
-- Asynchronous: the actor's weight version must follow the learner's age. With
+- Asynchronous: the actor's network age must follow the learner's age. With
   one actor keeping `rollouts_in_flight` rollouts requested ahead, a batch can be
   at most that many updates old (`bound`); anything older means weights are not
   reaching the actor. The probe must still be learned (V-trace corrects the lag).
@@ -104,14 +104,14 @@ def run_ray_leg(seed: int, parent: Path, leg: Leg = REFERENCE, started: float | 
                  "as stale")
     if not staleness:
         verdict("doctor-ray-staleness-unrecorded", "telemetry",
-                "the asynchronous Ray run recorded no `staleness` in metrics.jsonl, so the actor's weight version "
+                "the asynchronous Ray run recorded no `staleness` in metrics.jsonl, so the actor's network age "
                 "cannot be checked against the learner's age")
     elif not follows:
         first = next((i for i, s in enumerate(staleness) if s > bound), len(staleness) - 1)
         verdict("doctor-ray-weights-fall-behind", "weight-sync",
                 f"with one asynchronous actor and rollouts_in_flight={cfg.rollouts_in_flight}, batches should be at "
                 f"most {bound} learner steps old, but batch {first + 1} was {staleness[first]:g} old (max {worst:g}, "
-                f"{dropped} samples dropped as stale): the actor's weight version does not follow the learner's age; "
+                f"{dropped} samples dropped as stale): the actor's network age does not follow the learner's age; "
                 "check that new weights are published and that the actor loads them")
     passed = all(checks.values())
     lines.append(f"{'PASS' if passed else 'FAIL'}  ray async {RAY_PROBE.name} learned        {'; '.join(details)}")
