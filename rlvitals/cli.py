@@ -147,7 +147,10 @@ def preflight(cfg: TrainConfig, fresh_dir: bool = True) -> None:
         check_metrics_address(cfg.metrics_host, cfg.metrics_port)
     if cfg.mode == "ray":
         from .distributed import preflight_ray
+        from .validate import check_private_ray_fits, check_ray_address
 
+        check_ray_address(cfg.address)
+        check_private_ray_fits(cfg)
         preflight_ray(cfg)
 
 
@@ -253,6 +256,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         path, size = build_report(args.run_dirs, args.output)
     except ReportError as exc:
         raise UsageError(str(exc)) from None
+    except OSError as exc:  # e.g. an -o path where nothing can be written
+        raise UsageError(f"{args.output or exc.filename!r} is unusable ({exc.strerror or exc}); expected readable "
+                         "run directories and a writable -o path") from None
     print(json.dumps({"report": str(path), "bytes": size}))
     return 0
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import warnings
 
+import gymnasium as gym
 import numpy as np
 
 from rlvitals.actors.envs import EnvError, env_seed, make_vector_env
@@ -72,12 +73,13 @@ def _first_action(cfg, action_space):
     """The fixed probe agent's action where that is the agent (checked against the space), else a sample."""
     if cfg.agent != "fixed":
         return action_space.sample()
-    from rlvitals.actors.agents import FixedActionAgent
-
-    try:
-        return FixedActionAgent(action_space, cfg.fixed_action).action
-    except ValueError as exc:
-        raise EnvError(f"{exc} (the action space of env {cfg.env!r} is {action_space})") from None
+    if not isinstance(action_space, gym.spaces.Discrete):
+        raise EnvError(f"agent='fixed' is invalid for env {cfg.env!r}: its action space is {action_space}; "
+                       "expected an env with a Discrete action space")
+    if not 0 <= cfg.fixed_action < int(action_space.n):
+        raise EnvError(f"fixed_action={cfg.fixed_action} is invalid: expected 0 to {int(action_space.n) - 1} "
+                       f"(env {cfg.env!r} has action space {action_space})")
+    return cfg.fixed_action
 
 
 def _check_reset(cfg, reset, obs_space) -> None:

@@ -5,6 +5,7 @@ naming the bad value and what is accepted."""
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 import socket
 import tempfile
@@ -101,3 +102,39 @@ def check_checkpoint_content(path, state: dict, parts=tuple(CHECKPOINT_PARTS)) -
     if "tracker" in parts and not isinstance(state["tracker"].get("env_steps"), int):
         raise ConfigError(f"checkpoint {str(path)!r} is incomplete: its tracker has no env_steps count")
 
+
+
+RAY_ADDRESS_ACCEPTED = "expected empty (a private Ray on this machine), `auto`, or host:port of a running Ray cluster"
+RAY_CONNECT_SECONDS = 5.0
+
+
+def check_ray_address(address: str) -> None:
+    """ConfigError unless host:port resolves and accepts a connection (Ray itself retries for minutes)."""
+    if address in ("", "auto"):
+        return
+    host, sep, port_text = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise ConfigError(f"address={address!r} is invalid: {RAY_ADDRESS_ACCEPTED}")
+    try:
+        socket.create_connection((host.strip("[]"), int(port_text)), timeout=RAY_CONNECT_SECONDS).close()
+    except socket.gaierror:
+        raise ConfigError(f"address={address!r} is invalid: {host!r} does not resolve; "
+                          f"{RAY_ADDRESS_ACCEPTED}") from None
+    except OSError as exc:
+        raise ConfigError(f"address={address!r} is invalid: nothing answers there ({exc.strerror or exc}); "
+                          f"{RAY_ADDRESS_ACCEPTED}") from None
+
+
+def check_private_ray_fits(cfg) -> None:
+    """For a private Ray (one CPU slot per CPU of this machine), refuse num_actors that cannot fit before
+    starting Ray, which takes seconds and prints its own notices."""
+    import torch
+
+    if cfg.address or os.environ.get("RAY_ADDRESS") or not cfg.num_actors:
+        return
+    cpus, gpus = os.cpu_count() or 1, torch.cuda.device_count()
+    want_cpu, want_gpu = cfg.num_actors * cfg.actor_cpus, cfg.num_actors * cfg.actor_gpus
+    if want_cpu > cpus + 1e-9 or want_gpu > gpus + 1e-9:
+        raise ConfigError(f"num_actors={cfg.num_actors} with actor_cpus={cfg.actor_cpus:g} and actor_gpus="
+                          f"{cfg.actor_gpus:g} asks for {want_cpu:g} CPUs and {want_gpu:g} GPUs; a private Ray on "
+                          f"this machine has {cpus} CPUs and {gpus} GPUs (pass --address to join a cluster)")
