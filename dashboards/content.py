@@ -116,6 +116,10 @@ def learning() -> Dashboard:
                    note="Healthy: `same step` reads 0 on every batch of staleness 0, whatever `neighbour step` does."),
             gauges("rlvitals_learner_head_gradient_norm", by=("head",), log=True, title="Gradient norm per head",
                    width=12),
+            gauges("rlvitals_learner_behaviour_record_discrepancy_nats", title="Actors' record against itself",
+                   width=12, note="Healthy: 0 on every batch, at any staleness."),
+            gauges("rlvitals_learner_gradient_mismatch_ratio", log=True, title="Gradient of this minibatch's loss?",
+                   width=12, note="Healthy: rounding (1e-7, 1e-2 in bfloat16); of order 1, gradients accumulate."),
             gauges("rlvitals_learner_loss_direction", by=("term",), title="Loss direction per term", width=12,
                    note="Healthy: every term at or above 0 (policy about 1, value the value coefficient, entropy "
                         "the entropy coefficient); below 0 is a sign error in that loss term."),

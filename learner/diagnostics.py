@@ -196,7 +196,8 @@ def layer_statistics(net: torch.nn.Module, probe: ActivationProbe) -> dict[str, 
     return out
 
 
-def loss_directions(logp, values, entropy, advantages, targets, normalize_advantages: bool) -> dict[str, torch.Tensor]:
+def loss_directions(logp, values, entropy, advantages, targets, normalize_advantages: bool,
+                    value_bias: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """Which way the loss pulls each output, read from its gradients after `backward()`.
 
     `logp`, `values` and `entropy` are the network's outputs the loss was built
@@ -212,15 +213,39 @@ def loss_directions(logp, values, entropy, advantages, targets, normalize_advant
     healthy pull the value coefficient), so a negative reading is a sign error in
     the loss, whatever the env: a flipped advantage or ratio, a value loss that
     ascends, an entropy bonus subtracted.
+
+    `value_bias`: the value head's bias, which is added to every value, so its
+    gradient must be sum_i dL/dV_i. `gradient_mismatch` is the difference as a
+    fraction of sum_i |dL/dV_i| (0 when the loss does not reach V): rounding
+    when healthy, of order 1 when the gradient the optimizer steps with is not
+    this loss's (gradients that accumulate across steps, a stray write to .grad).
     """
     n = logp.numel()
     a = (advantages - advantages.mean()) if normalize_advantages and n > 1 else advantages
     a, err = a.detach().float(), (values - targets).detach().float()
     push = -n * (_grad(logp) * a).sum() / a.pow(2).sum()
     pull = n * (_grad(values) * err).sum() / err.pow(2).sum()
-    # 0/0 (nothing to push or pull) is NaN: undefined, left out of the row.
-    return {"policy_loss_direction": push, "value_loss_direction": pull,
-            "entropy_loss_direction": -_grad(entropy).sum()}
+    out = {"policy_loss_direction": push, "value_loss_direction": pull,   # 0/0 (nothing to push or pull): NaN
+           "entropy_loss_direction": -_grad(entropy).sum()}
+    if value_bias is not None:
+        dv = _grad(values)
+        bias_grad = _grad(value_bias).sum()
+        out["gradient_mismatch"] = (bias_grad - dv.sum()).abs() / dv.abs().sum().clamp_min(1e-30)
+    return out
+
+
+def record_discrepancy(dist, behaviour_params: torch.Tensor, actions: torch.Tensor, behaviour_logp: torch.Tensor,
+                       valid: torch.Tensor) -> torch.Tensor:
+    """The actor's record against itself: max |log mu(a_t; its stored parameters) - its stored log mu_t|.
+
+    Needs no learner network, so it holds at any staleness: the actor computed the
+    log-probability from those parameters for that action. Healthy: 0 up to rounding.
+    Above it, the stored actions are not the ones acted with (or not the ones the
+    log-probabilities belong to). NaN when no step is valid.
+    """
+    gap = (dist.log_prob(behaviour_params.float(), actions) - behaviour_logp.float()).abs()
+    worst = torch.where(valid, gap, -torch.inf).amax()
+    return torch.where(torch.isinf(worst), NAN, worst)
 
 
 def _grad(output: torch.Tensor) -> torch.Tensor:

@@ -216,6 +216,10 @@ class ActorCritic(nn.Module):
         policy = list(self.policy_out.parameters()) + ([self.log_std] if self.log_std is not None else [])
         return {"policy": policy, "value": list(self.value_out.parameters())}
 
+    def value_bias(self) -> nn.Parameter:
+        """The parameter added to every value (the value head's bias): its gradient is sum_i dL/dV_i."""
+        return self.value_out.bias
+
     def seed(self, seed: int) -> None:
         self.generator.manual_seed(int(seed))
 

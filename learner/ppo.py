@@ -184,6 +184,8 @@ class PPOLearner:
             stats.update(self._batch_stats(params, values, targets, advantages, rewards, r["terminated"], valid,
                                            done, stats.pop("min_target_std")))
             stats.update(self._consistency(params_all, actions, r["behaviour_logp"], valid, staleness))
+            stats["record_discrepancy"] = diag.record_discrepancy(self.net.dist, r["behaviour_params"], actions,
+                                                                  r["behaviour_logp"], valid)
         flat = lambda x: x.reshape(T * N, *x.shape[2:]).index_select(0, index)  # noqa: E731
         return _Batch(rewards=rewards, valid=valid, values=values, targets=targets, advantages=advantages,
                       mb_obs=flat(obs[:T]), mb_actions=flat(actions), mb_logp=flat(r["behaviour_logp"]),
@@ -237,7 +239,7 @@ class PPOLearner:
         loss.backward()
         if directions is not None:
             directions.update(diag.loss_directions(logp, values, entropy, b.mb_adv[mb], b.mb_targets[mb],
-                                                   self.s.normalize_advantages))
+                                                   self.s.normalize_advantages, net.value_bias()))
         return loss, parts, params
 
     def _report(self, b: _Batch, u: _Update) -> dict:

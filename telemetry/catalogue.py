@@ -156,6 +156,16 @@ METRICS: tuple[Metric, ...] = (
            "negative is a sign error (advantages or ratio flipped, a value loss that ascends, an entropy "
            "bonus subtracted).",
            labels=("term",), label_values={"term": ("policy", "value", "entropy")}, source="{term}_loss_direction"),
+    Metric("rlvitals_learner_gradient_mismatch_ratio", "gauge", "learner", "standard", "percentunit",
+           "Whether the gradient the optimizer steps with is this minibatch's: the value head's bias is added to "
+           "every value, so its gradient must equal sum_i dL/dV_i; the difference as a fraction of sum_i "
+           "|dL/dV_i|, on the update's first minibatch. Healthy: rounding (1e-7; about 1e-2 in bfloat16). Of "
+           "order 1: gradients accumulate across steps (zero_grad missing or misplaced) or something else "
+           "writes into the gradients.", source="gradient_mismatch"),
+    Metric("rlvitals_learner_behaviour_record_discrepancy_nats", "gauge", "learner", "standard", "none",
+           "The actors' record checked against itself: the largest |log mu(a; stored parameters) - stored log "
+           "mu| over the batch. It needs no learner network, so it holds at any staleness. Healthy: 0 up to "
+           "rounding; above it, the stored actions are not the ones acted with.", source="record_discrepancy"),
     Metric("rlvitals_learner_clip_fraction_ratio", "gauge", "learner", "standard", "percentunit",
            "Fraction of samples whose probability ratio left the PPO clip range. Healthy: below about 0.3 "
            "(small values such as 0.01 are fine late in a run). Persistently above 0.4: the policy moves too "

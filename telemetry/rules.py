@@ -137,6 +137,13 @@ DROP_WINDOW = 10
 # A correct loss reads >= 0 on every loss direction up to float rounding (healthy: about 0.01 to 1).
 DIRECTION_TOLERANCE = 1e-6
 
+# The value bias's gradient against sum_i dL/dV_i: float32 rounds to 1e-7, bfloat16 to about 1e-2.
+GRADIENT_TOLERANCE = 0.05
+# A head without gradient is the head's fault only when the gradients are the loss's (not zeroed, say, after backward).
+GRADIENTS_OF_LOSS = S("gradient_mismatch") <= GRADIENT_TOLERANCE
+# A learner/actor mismatch says something about observations only when the actor's own record is consistent.
+RECORD_CONSISTENT = S("record_discrepancy") <= LOGP_TOLERANCE
+
 # Samples no staler than the queues explain: then a policy that moves too far is the optimizer's doing.
 FRESH = S("staleness_batches") <= S("queue_capacity") + 1
 
@@ -157,15 +164,16 @@ RULES: tuple[Rule, ...] = (
     # With normalised advantages the surrogate's gradient does not scale with the rewards: a healthy,
     # undecided policy's head reads 1e-3 and up, a disconnected one 0 or rounding noise (1e-9).
     Rule("RLPolicyGetsNoGradient",
-         (S("grad_norm_policy") < 1e-7) & (S("advantage_std") > 0) & (S("relative_entropy") > 0.1), 10, "fast",
-         "critical", "policy",
+         (S("grad_norm_policy") < 1e-7) & (S("advantage_std") > 0) & (S("relative_entropy") > 0.1)
+         & GRADIENTS_OF_LOSS, 10, "fast", "critical", "policy",
          "The policy head gets no gradient in run {{ $labels.run_id }}",
          "Advantages vary and the policy is undecided, yet the policy head's gradient is zero: the policy "
          "loss does not reach it (a detached log-probability or ratio, a zeroed loss term, advantages that "
          "average out through a wrong broadcast).", after_updates=3),
     # A head that fits its targets exactly (a probe, solved) also reads 0: only a loss left to learn counts.
     Rule("RLValueGetsNoGradient",
-         (S("grad_norm_value") < 1e-10) & (S("value_loss") > 1e-6 * S("target_std") * S("target_std")), 10, "fast",
+         (S("grad_norm_value") < 1e-10) & (S("value_loss") > 1e-6 * S("target_std") * S("target_std"))
+         & GRADIENTS_OF_LOSS, 10, "fast",
          "critical", "value",
          "The value head gets no gradient in run {{ $labels.run_id }}",
          "The value loss is far from zero, yet the gradient of the value head's parameters is zero: the "
@@ -202,6 +210,12 @@ RULES: tuple[Rule, ...] = (
          "Lowering the loss lowers the policy's entropy: the entropy bonus is added with the wrong sign (or "
          "--entropy-coef is negative), so the policy is driven to a deterministic one and stops exploring.",
          after_updates=2),
+    Rule("RLGradientNotThisLoss", S("gradient_mismatch") > GRADIENT_TOLERANCE, 10, "fast", "critical",
+         "optimizer",
+         "The optimizer steps with gradients that are not this minibatch's in run {{ $labels.run_id }}",
+         "The value head's bias gradient differs from the sum of the loss's gradients with respect to the "
+         "values, which it must equal: gradients from earlier steps are still in .grad (zero_grad missing, or "
+         "called after backward) or something else writes into them.", after_updates=2),
     Rule("RLClipFractionHigh", (AvgOverTime(S("clip_fraction"), 30) > 0.3) & FRESH, 10, "fast", "warning",
          "optimizer",
          "Many samples leave the PPO clip range in run {{ $labels.run_id }}",
@@ -219,15 +233,22 @@ RULES: tuple[Rule, ...] = (
          "A return can be at most r_max / (1 - gamma) in size, and the targets are more than twice that: "
          "rewards are accumulated without discounting, bootstrapped from the wrong state, or gamma is "
          "applied the wrong way.", after_updates=5),
+    Rule("RLBehaviourRecordInconsistent", S("record_discrepancy") > LOGP_TOLERANCE, 5, "fast", "critical", "actor",
+         "The actors store actions their recorded probabilities do not belong to in run {{ $labels.run_id }}",
+         "The log-probability the actor recorded for each action does not match the action stored with it under "
+         "the actor's own recorded distribution: the stored actions are not the ones acted with (an off-by-one, "
+         "a clipped or transformed action stored, actions and log-probabilities from different draws)."),
     Rule("RLBehaviourLogpMismatch",
-         (S("logp_discrepancy") > LOGP_TOLERANCE) & (S("logp_discrepancy_shifted") > 0.01 * S("logp_discrepancy")),
+         (S("logp_discrepancy") > LOGP_TOLERANCE) & (S("logp_discrepancy_shifted") > 0.01 * S("logp_discrepancy"))
+         & RECORD_CONSISTENT,
          10, "fast", "critical", "preprocessing",
          "Actors and learner disagree on the probability of the same action in run {{ $labels.run_id }}",
          "With staleness 0 the learner's network is the actor's, so its log-probability of each behaviour "
          "action must equal the actor's. It does not, and a one-step shift does not explain it: the learner "
          "sees other observations than the actors (a transform, normalisation or dtype on one side only)."),
     Rule("RLObservationsPairedWrong",
-         (S("logp_discrepancy") > LOGP_TOLERANCE) & (S("logp_discrepancy_shifted") <= 0.01 * S("logp_discrepancy")),
+         (S("logp_discrepancy") > LOGP_TOLERANCE) & (S("logp_discrepancy_shifted") <= 0.01 * S("logp_discrepancy"))
+         & RECORD_CONSISTENT,
          10, "fast", "critical", "actor",
          "Observations are stored one step off their actions in run {{ $labels.run_id }}",
          "The learner's log-probability of each behaviour action matches the actor's only when it reads the "

@@ -174,6 +174,18 @@ def optimizer_state_reset_every_step(mp):
     mp.setattr(torch.optim.Adam, "step", step)
 
 
+def gradients_never_zeroed(mp):
+    # zero_grad does nothing: every backward adds to the gradients of all the steps before it.
+    mp.setattr(torch.optim.Adam, "zero_grad", lambda self, set_to_none=True: None)
+
+
+def actions_stored_one_step_late(mp):
+    def change(r):
+        r.actions = torch.roll(r.actions, 1, dims=0)   # a_t := a_{t-1}: the log-probabilities stay with a_t
+
+    _after_collect(mp, change)
+
+
 KEPT: list = []
 
 
@@ -223,6 +235,10 @@ BUGS: tuple[PlantedBug, ...] = (
                what="the probability ratio computed as behaviour / learner: the surrogate climbs the wrong way"),
     PlantedBug("value_loss_ascends", "value", "run", value_loss_ascends,
                what="the value loss subtracted instead of added: values are pushed away from their targets"),
+    PlantedBug("gradients_never_zeroed", "optimizer", "run", gradients_never_zeroed,
+               what="the optimizer's zero_grad does nothing: gradients accumulate over every step"),
+    PlantedBug("actions_stored_one_step_late", "actor", "run", actions_stored_one_step_late,
+               what="each stored action is the previous step's, while its log-probability is this step's"),
     PlantedBug("advantages_normalised_wrong_shape", "policy", "run", advantages_normalised_wrong_shape,
                what="advantages broadcast as a column: the surrogate averages them to zero"),
     PlantedBug("learning_rate_100x", "optimizer", "run", no_bug, overrides={"learning_rate": 0.25},

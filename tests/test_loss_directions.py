@@ -67,3 +67,57 @@ def test_each_sign_error_reads_below_zero_on_its_own_term_only(error):
         d = directions(batch(seed, 64, log_ratio_scale=0.1), loss_fn)
         assert d[term] < 0, (error, d)
         assert all(v >= 0 for k, v in d.items() if k != term), (error, d)
+
+
+# ----------------------------------------------------------- the gradient is this loss's; the record is consistent
+
+
+def _value_step(net, obs, targets, zero: bool) -> float:
+    import torch
+
+    from rlvitals.learner.diagnostics import loss_directions
+
+    params, values = net(obs)
+    logp = net.dist.log_prob(params, torch.zeros(len(obs), dtype=torch.long))
+    entropy = net.dist.entropy(params)
+    for t in (logp, values, entropy):
+        t.retain_grad()
+    if zero:
+        net.zero_grad(set_to_none=False)
+    loss, _ = ppo_loss(logp, logp.detach(), values, torch.ones(len(obs)), targets, entropy, SETTINGS)
+    loss.backward()
+    return float(loss_directions(logp, values, entropy, torch.ones(len(obs)), targets, False,
+                                 net.value_bias())["gradient_mismatch"])
+
+
+def test_gradient_mismatch_is_rounding_when_zeroed_and_order_one_when_gradients_pile_up():
+    import gymnasium as gym
+    import torch
+
+    from rlvitals.learner.networks import ActorCritic
+
+    env = gym.make("CartPole-v1")
+    net = ActorCritic(env.observation_space, env.action_space)
+    obs = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        targets = net(obs)[1] + 1.0                    # every value below its target: sum_i dL/dV_i = -sum |dL/dV_i|
+    assert _value_step(net, obs, targets, zero=True) < 1e-5
+    assert _value_step(net, obs, targets, zero=True) < 1e-5
+    assert _value_step(net, obs, targets, zero=False) == pytest.approx(1.0, rel=1e-4)   # last step's gradient kept
+
+
+def test_the_actors_record_is_consistent_unless_actions_and_log_probabilities_part():
+    import torch
+
+    from rlvitals.learner.diagnostics import record_discrepancy
+    from rlvitals.learner.networks import Categorical
+
+    dist = Categorical(4)
+    g = torch.Generator().manual_seed(1)
+    params = torch.randn(16 * 8, 4, generator=g)
+    actions, logp = dist.sample(params, g)            # the actor acts on [N, P]; the rollout stacks [T, N, ...]
+    params, actions, logp = params.reshape(16, 8, 4), actions.reshape(16, 8), logp.reshape(16, 8)
+    valid = torch.ones(16, 8, dtype=torch.bool)
+    assert float(record_discrepancy(dist, params, actions, logp, valid)) < 1e-6
+    assert float(record_discrepancy(dist, params, torch.roll(actions, 1, 0), logp, valid)) > 0.1
+    assert torch.isnan(record_discrepancy(dist, params, actions, logp, torch.zeros_like(valid)))
