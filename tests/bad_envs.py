@@ -1,0 +1,41 @@
+"""Envs that misbehave, for tests/test_bad_inputs.py; used as `bad_envs:EnvId` with tests/ on PYTHONPATH.
+
+The environment variable BAD_ENVS_ON_IMPORT makes importing this module fail
+(`raise`) or call sys.exit (`exit`), as a user's broken env module might.
+(An env whose observation shape changes is tests/test_resume_validation.py's SHAPED_ENV.)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import gymnasium as gym
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+if os.environ.get("BAD_ENVS_ON_IMPORT") == "raise":
+    raise RuntimeError("bad_envs refuses to be imported")
+if os.environ.get("BAD_ENVS_ON_IMPORT") == "exit":
+    sys.exit(3)
+
+
+class ResetRaises(CartPoleEnv):
+    def reset(self, **kwargs):
+        raise RuntimeError("the simulator is not running")
+
+
+class ResetReturnsWrongType(CartPoleEnv):
+    def reset(self, **kwargs):
+        super().reset(**kwargs)
+        return "not an observation"
+
+
+class StepRaises(CartPoleEnv):
+    def step(self, action):
+        raise RuntimeError("the simulator crashed")
+
+
+for _env_id, _entry in (("ResetRaises-v0", ResetRaises), ("ResetWrongType-v0", ResetReturnsWrongType),
+                        ("StepRaises-v0", StepRaises)):
+    if _env_id not in gym.registry:
+        gym.register(_env_id, entry_point=_entry, max_episode_steps=500)

@@ -1,0 +1,267 @@
+"""Every bad input is one line on stderr naming the bad value and what is accepted, exit 2, no traceback,
+and nothing left behind: no run directory, no file in the working directory, a run that was given
+unchanged (issue 14 item 7).
+
+Each case is a real subprocess of the installed command, with real files: broken env modules
+(tests/bad_envs.py), corrupted copies of two short trained runs, hostile YAML. They run three at
+a time; each fails in its checks, before any training starts.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+from test_cli import Result, cli_env, finish, start
+from test_resume_validation import SHAPED_ENV, snapshot
+
+TESTS = Path(__file__).parent
+SMALL = ["--num-envs", "4", "--rollout-length", "32", "--update-epochs", "1", "--num-minibatches", "2",
+         "--verbosity", "off", "--progress", "false", "--total-env-steps", "256"]
+SHORT_TRAIN = ["train", "--num-envs", "4", "--rollout-length", "16", "--num-minibatches", "2",
+               "--total-env-steps", "64", "--progress", "false"]
+TOO_BIG = 2**70
+CONCURRENT = 3
+
+
+class Payload:
+    """A pickle that would run a command when loaded without weights_only."""
+
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def edit_checkpoint(change: Callable[[dict], None]) -> Callable[[Path], None]:
+    def apply(run: Path) -> None:
+        path = run / "checkpoints" / "latest.pt"
+        state = torch.load(path, weights_only=True)
+        change(state)
+        torch.save(state, path)
+    return apply
+
+
+def write_checkpoint_bytes(data: bytes) -> Callable[[Path], None]:
+    return lambda run: (run / "checkpoints" / "latest.pt").write_bytes(data)
+
+
+@dataclass
+class Case:
+    id: str
+    args: list
+    names: list[str]
+    """Substrings the error line must contain: the bad value, and what is accepted."""
+    env: dict = field(default_factory=dict)
+    run: str | None = None
+    """A trained run ("cartpole" or "shaped") copied to {copy} for this case, changed by `corrupt` first."""
+    corrupt: Callable[[Path], None] | None = None
+    max_seconds: float | None = None
+
+
+def train(case_id: str, args: list, names: list[str], **kwargs) -> Case:
+    return Case(case_id, [*SHORT_TRAIN, *args], names, **kwargs)
+
+
+CASES = [
+    # seeds and sizes no machine can hold
+    train("seed-2**70", ["--seed", TOO_BIG], [f"seed={TOO_BIG}", "4294967295"]),
+    train("seed-1e30-yaml", ["--config", "{scratch}/seed-1e30.yaml"], ["seed='1e30'", "integer"]),
+    train("seed-1.0e+30-yaml", ["--config", "{scratch}/seed-float.yaml"], ["seed=1000000000000000019884624838656"]),
+    train("seed-negative", ["--seed", "-1"], ["seed=-1", "0 to 4294967295"]),
+    train("total-steps-2**70", ["--total-env-steps", TOO_BIG], [f"total_env_steps={TOO_BIG}", "2**62"]),
+    train("hidden-sizes-huge", ["--hidden-sizes", "100000,100000"],
+          ["hidden_sizes=[100000, 100000]", "parameters", "of memory"]),
+    train("rollout-length-huge", ["--rollout-length", "1000000000000", "--num-minibatches", "1"],
+          ["rollout_length=1000000000000", "of memory"]),
+    train("torch-threads-huge", ["--torch-threads", "100000"], ["torch_threads=100000", "at most 256"]),
+    train("num-envs-huge", ["--num-envs", "1000000000", "--num-minibatches", "1"],
+          ["num_envs=1000000000", "at most 65536"]),
+    train("learning-rate-nan", ["--learning-rate", "nan"], ["learning_rate=nan", "finite"]),
+    train("gamma-inf", ["--gamma", "inf"], ["gamma=inf", "[0, 1]"]),
+    train("empty-env", ["--env", ""], ["env=''"]),
+    train("metrics-port-negative", ["--metrics-port", "-1"], ["metrics_port=-1", "65535"]),
+    # where the run would live and talk
+    train("metrics-host-unresolvable", ["--metrics-host", "bogus.invalid"], ["metrics_host='bogus.invalid'",
+                                                                            "does not resolve"]),
+    train("metrics-host-foreign-port-0", ["--metrics-host", "192.0.2.1", "--metrics-port", "0"],
+          ["metrics_host='192.0.2.1'", "127.0.0.1"]),
+    Case("run-dir-is-a-file", [*SHORT_TRAIN, "--run-dir", "{scratch}/a-file"], ["a-file'", "is a file"]),
+    Case("run-dir-under-a-file", [*SHORT_TRAIN, "--run-dir", "{scratch}/a-file/run"],
+         ["a-file/run'", "not a directory"]),
+    Case("run-dir-where-nothing-can-be-made", [*SHORT_TRAIN, "--run-dir", "/proc/rlvitals-run"],
+         ["run_dir='/proc/rlvitals-run'", "writable"]),
+    train("ray-address-unresolvable", ["--mode", "ray", "--address", "bogus.invalid:6379"],
+          ["address='bogus.invalid:6379'", "host:port"]),
+    train("ray-actors-beyond-this-machine", ["--mode", "ray", "--num-actors", "100000000"],
+          ["num_actors=100000000", "CPUs"], max_seconds=15),
+    # config files
+    train("config-binary", ["--config", "{scratch}/binary.yaml"], ["binary.yaml'", "UTF-8"]),
+    train("config-alias-bomb", ["--config", "{scratch}/bomb.yaml"], ["bomb.yaml'", "alias"], max_seconds=15),
+    train("config-is-a-directory", ["--config", "{scratch}"], ["is unreadable"]),
+    # envs that cannot be used
+    train("env-module-raises-on-import", ["--env", "bad_envs:ResetRaises-v0"],
+          ["'bad_envs'", "RuntimeError", "refuses to be imported"], env={"BAD_ENVS_ON_IMPORT": "raise"}),
+    train("env-module-exits-on-import", ["--env", "bad_envs:ResetRaises-v0"], ["'bad_envs'", "sys.exit(3)"],
+          env={"BAD_ENVS_ON_IMPORT": "exit"}),
+    train("env-reset-raises", ["--env", "bad_envs:ResetRaises-v0"], ["ResetRaises-v0", "reset()",
+                                                                    "the simulator is not running"]),
+    train("env-reset-wrong-type", ["--env", "bad_envs:ResetWrongType-v0"], ["ResetWrongType-v0", "reset()",
+                                                                           "(obs, info)"]),
+    train("env-first-step-raises", ["--env", "bad_envs:StepRaises-v0"], ["StepRaises-v0", "first step",
+                                                                        "the simulator crashed"]),
+    train("fixed-action-out-of-range", ["--agent", "fixed", "--fixed-action", "99"], ["fixed_action=99", "0 to 1"]),
+    train("fixed-agent-continuous-env", ["--agent", "fixed", "--env", "Pendulum-v1"], ["agent='fixed'", "Discrete"]),
+    # resume and eval of runs that no longer fit, or checkpoints that are not what they claim
+    Case("resume-observation-shape-changed", ["train", "--resume", "{copy}", "--total-env-steps", "5000"],
+         ["does not fit env 'shaped:Shaped-v0'", "(7,)"], env={"SHAPED_PAD": "3"}, run="shaped"),
+    Case("eval-observation-shape-changed", ["eval", "--run-dir", "{copy}", "--episodes", "1"],
+         ["does not fit env 'shaped:Shaped-v0'", "(7,)"], env={"SHAPED_PAD": "3"}, run="shaped"),
+    Case("resume-checkpoint-tracker-empty", ["train", "--resume", "{copy}", "--total-env-steps", "5000"],
+         ["latest.pt'", "incomplete", "env_steps"], run="cartpole",
+         corrupt=edit_checkpoint(lambda s: s.update(tracker={}))),
+    Case("resume-checkpoint-rng-not-a-dict", ["train", "--resume", "{copy}", "--total-env-steps", "5000"],
+         ["latest.pt'", "its rng is a int"], run="cartpole", corrupt=edit_checkpoint(lambda s: s.update(rng=5))),
+    Case("eval-checkpoint-network-empty", ["eval", "--run-dir", "{copy}", "--episodes", "1"],
+         ["latest.pt'", "absent in the checkpoint"], run="cartpole",
+         corrupt=edit_checkpoint(lambda s: s.update(network={}))),
+    Case("eval-checkpoint-network-not-tensors", ["eval", "--run-dir", "{copy}", "--episodes", "1"],
+         ["latest.pt'", "is not a tensor"], run="cartpole",
+         corrupt=edit_checkpoint(lambda s: s.update(network={k: "x" for k in s["network"]}))),
+    Case("eval-config-unknown-key", ["eval", "--run-dir", "{copy}", "--episodes", "1"],
+         ["latest.pt'", "unknown config field 'bogus'"], run="cartpole",
+         corrupt=edit_checkpoint(lambda s: s["config"].update(bogus=1))),
+    Case("eval-checkpoint-malicious", ["eval", "--run-dir", "{copy}", "--episodes", "1"],
+         ["latest.pt'", "not an rlvitals checkpoint"], run="cartpole",
+         corrupt=write_checkpoint_bytes(pickle.dumps(Payload()))),
+    Case("eval-checkpoint-torn", ["eval", "--run-dir", "{copy}", "--episodes", "1"],
+         ["latest.pt'", "not an rlvitals checkpoint"], run="cartpole",
+         corrupt=lambda run: (run / "checkpoints" / "latest.pt").write_bytes(
+             (run / "checkpoints" / "latest.pt").read_bytes()[:500])),
+    Case("eval-episodes-huge", ["eval", "--run-dir", "{copy}", "--episodes", "100000000000"],
+         ["--episodes=100000000000", "1000000"], run="cartpole"),
+    Case("eval-seed-negative", ["eval", "--run-dir", "{copy}", "--episodes", "1", "--seed", "-1"],
+         ["--seed=-1", "4294967295"], run="cartpole"),
+    # the other commands
+    Case("stack-prometheus-port-negative", ["stack", "up", "--prometheus-port", "-1", "--state-dir", "state"],
+         ["--prometheus-port=-1", "1 to 65535"]),
+    Case("stack-prometheus-port-70000", ["stack", "up", "--prometheus-port", "70000", "--state-dir", "state"],
+         ["--prometheus-port=70000", "1 to 65535"]),
+    Case("stack-scrape-interval-zero", ["stack", "up", "--scrape-interval", "0s", "--state-dir", "state"],
+         ["--scrape-interval='0s'", "duration"]),
+    Case("report-of-a-non-run", ["report", "{scratch}/empty-dir"], ["empty-dir'", "expected a run directory"]),
+    Case("report-output-unwritable", ["report", "{copy}", "-o", "/proc/report.html"], ["'/proc/report.html'"],
+         run="cartpole"),
+    Case("doctor-seed-2**70", ["doctor", "--seed", TOO_BIG], [f"--seed={TOO_BIG}", "4294967295"]),
+    Case("doctor-env-module-raises", ["doctor", "--env", "bad_envs:ResetRaises-v0"], ["'bad_envs'", "RuntimeError"],
+         env={"BAD_ENVS_ON_IMPORT": "raise"}),
+]
+
+
+def alias_bomb() -> str:
+    """Ten lines, 9**9 strings when expanded ("billion laughs"), under a field the config knows."""
+    levels = ["&a0 [" + ", ".join(["lol"] * 9) + "]"]
+    levels += [f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]
+    return "env: [\n" + ",\n".join(f"  {level}" for level in levels) + "]\n"
+
+
+def make_scratch(root: Path) -> None:
+    (root / "seed-1e30.yaml").write_text("seed: 1e30\n")
+    (root / "seed-float.yaml").write_text("seed: 1.0e+30\n")
+    (root / "binary.yaml").write_bytes(bytes(range(128, 256)) + b"\x00seed: 1\n")
+    (root / "bomb.yaml").write_text(alias_bomb())
+    (root / "a-file").write_text("not a directory\n")
+    (root / "empty-dir").mkdir()
+    (root / "shaped.py").write_text(SHAPED_ENV)
+
+
+@dataclass
+class Outcome:
+    case: Case
+    result: Result
+    cwd: Path
+    copy: Path | None
+    before: dict
+    seconds: float
+
+
+def run_case(case: Case, scratch: Path, trained: dict[str, Path]) -> Outcome:
+    home = scratch / "cases" / case.id
+    cwd = home / "cwd"
+    cwd.mkdir(parents=True)
+    copy, before = None, {}
+    if case.run:
+        copy = Path(shutil.copytree(trained[case.run], home / case.run))
+        if case.corrupt:
+            case.corrupt(copy)
+        before = snapshot(copy)
+    args = [str(a).replace("{scratch}", str(scratch)).replace("{copy}", str(copy)) for a in case.args]
+    if args[0] == "train" and "--run-dir" not in args and "--resume" not in args:
+        args += ["--run-dir", str(cwd / "run")]
+    began = time.monotonic()
+    result = finish(start(args, cwd, cli_env(PYTHONPATH=f"{TESTS}{os.pathsep}{scratch}", **case.env)))
+    return Outcome(case, result, cwd, copy, before, time.monotonic() - began)
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory) -> dict[str, Outcome]:
+    scratch = tmp_path_factory.mktemp("bad-inputs")
+    make_scratch(scratch)
+    env = cli_env(PYTHONPATH=str(scratch))
+    trained = {"cartpole": scratch / "trained-cartpole", "shaped": scratch / "trained-shaped"}
+    runs = [start(["train", "--env", env_id, "--run-dir", trained[name], *SMALL], scratch, env)
+            for name, env_id in (("cartpole", "CartPole-v1"), ("shaped", "shaped:Shaped-v0"))]
+    for proc in runs:
+        done = finish(proc)
+        assert done.returncode == 0, done.stderr
+    with ThreadPoolExecutor(CONCURRENT) as pool:
+        return {o.case.id: o for o in pool.map(lambda case: run_case(case, scratch, trained), CASES)}
+
+
+@pytest.mark.parametrize("case_id", [case.id for case in CASES])
+def test_bad_input_is_one_line_exit_2_and_leaves_nothing(outcomes, case_id):
+    outcome = outcomes[case_id]
+    result = outcome.result
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rlvitals: error: "), result.stderr
+    for name in outcome.case.names:
+        assert name in lines[0], f"{name!r} missing from {lines[0]!r}"
+    assert "weights_only" not in lines[0], "never advise loading a checkpoint with weights_only=False"
+    assert result.stdout == ""
+    assert list(outcome.cwd.iterdir()) == [], "nothing may be written: no run directory, no state folder"
+    if outcome.copy is not None:
+        assert snapshot(outcome.copy) == outcome.before, "the run given must stay as it was"
+    if outcome.case.max_seconds is not None:
+        assert outcome.seconds < outcome.case.max_seconds, f"took {outcome.seconds:.1f} s"
+
+
+def test_an_alias_bomb_is_refused_within_a_second(tmp_path):
+    from rlvitals.config import ConfigError, load_yaml
+
+    path = tmp_path / "bomb.yaml"
+    path.write_text(alias_bomb())
+    began = time.monotonic()
+    with pytest.raises(ConfigError, match="alias"):
+        load_yaml(path)
+    assert time.monotonic() - began < 1.0
+
+
+@pytest.mark.parametrize("summary", ['{"env_steps": 1', "[1, 2]", "\xff\xfe"], ids=["torn", "list", "binary"])
+def test_runs_names_and_skips_a_run_whose_summary_is_unreadable(tmp_path, summary):
+    for name, text in (("good-run", '{"env_steps": 5, "mean_return_last_100": 9.5}'), ("bad-run", summary)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.yaml").write_text("env: CartPole-v1\nseed: 0\n")
+        (tmp_path / name / "summary.json").write_bytes(text.encode("latin-1"))
+    result = finish(start(["runs", tmp_path], tmp_path))
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and str(tmp_path / "bad-run") in lines[0] and "summary.json" in lines[0], result.stderr
+    assert "good-run" in result.stdout and "bad-run" not in result.stdout
