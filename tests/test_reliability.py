@@ -189,15 +189,22 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
-class WrongShape(CartPoleEnv):
+class Later(CartPoleEnv):
+    """Behaves for its first step: the pre-flight check steps a fresh env once; the run's envs go wrong later."""
+    steps = 0
     def step(self, action):
-        obs, r, te, tr, info = super().step(action)
-        return np.zeros(7, dtype=np.float32), r, te, tr, info
+        self.steps += 1
+        return super().step(action)
 
-class TextReward(CartPoleEnv):
+class WrongShape(Later):
     def step(self, action):
         obs, r, te, tr, info = super().step(action)
-        return obs, "lots", te, tr, info
+        return (obs if self.steps == 1 else np.zeros(7, dtype=np.float32)), r, te, tr, info
+
+class TextReward(Later):
+    def step(self, action):
+        obs, r, te, tr, info = super().step(action)
+        return obs, (r if self.steps == 1 else "lots"), te, tr, info
 
 gym.register("WrongShape-v0", entry_point=WrongShape, max_episode_steps=500)
 gym.register("TextReward-v0", entry_point=TextReward, max_episode_steps=500)
