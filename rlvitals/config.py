@@ -107,6 +107,14 @@ class TrainConfig:
     """Global gradient norm above which gradients are scaled down."""
     normalize_advantages: bool = True
     """Normalise advantages to zero mean and unit std per minibatch."""
+    normalize_observations: bool = False
+    """Normalise vector observations by a running mean and std, updated by the learner from each batch after
+    learning from it; the statistics are part of the network, so actors, checkpoints and eval use the same ones."""
+    normalize_rewards: bool = False
+    """Divide the rewards the learner learns from by a running std of each env's discounted return (as SB3's
+    VecNormalize); episode returns stay in the env's units."""
+    normalize_clip: float = 10.0
+    """Normalised observations and scaled rewards are clipped to +-this."""
     vtrace_rho_clip: float = 1.0
     """V-trace rho-bar: truncation of the importance weight on the TD error of stale samples."""
     vtrace_c_clip: float = 1.0
@@ -176,7 +184,7 @@ class TrainConfig:
                      "rollouts_in_flight", "max_staleness", "max_nonfinite_batches"):
             _positive_int(name, getattr(self, name))
         for name in ("learning_rate", "clip_coef", "max_grad_norm", "vtrace_rho_clip",
-                     "vtrace_c_clip", "log_interval_seconds"):
+                     "vtrace_c_clip", "log_interval_seconds", "normalize_clip"):
             _positive_float(name, getattr(self, name))
         if isinstance(self.num_actors, bool) or not isinstance(self.num_actors, int) or self.num_actors < 0:
             raise ConfigError(f"num_actors={self.num_actors!r} is invalid: expected an integer >= 0 (0: one per CPU)")
