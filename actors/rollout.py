@@ -69,6 +69,9 @@ class Rollout:
 
     valid_count: int = 0
     """Number of valid transitions, computed once by the runner."""
+    discounted_returns: torch.Tensor | None = None
+    """[T, N] each env's running discounted return after each step, reset at episode ends (reward scaling
+    only: the runner keeps it, since only it sees every step of its envs in order; None otherwise)."""
 
     def __post_init__(self):
         # A pipeline with bounded queues holds a bounded number of rollouts; counting the live
@@ -110,7 +113,8 @@ class Rollout:
             behaviour_logp=cat("behaviour_logp"), policy_age=min(r.policy_age for r in rollouts),
             episodes=EpisodeStats(np.concatenate([e.returns for e in eps]), np.concatenate([e.lengths for e in eps]),
                                   np.concatenate([e.successes for e in eps])),
-            timings={}, valid_count=sum(r.valid_count for r in rollouts))
+            timings={}, valid_count=sum(r.valid_count for r in rollouts),
+            discounted_returns=cat("discounted_returns") if rollouts[0].discounted_returns is not None else None)
 
 
 

@@ -45,7 +45,8 @@ class EnvRunner:
     learner in local mode, a weight cache in Ray mode) stays in charge of it.
     """
 
-    def __init__(self, env_id: str, num_envs: int, seed: int, actor_id: int = 0, atari_options=None):
+    def __init__(self, env_id: str, num_envs: int, seed: int, actor_id: int = 0, atari_options=None,
+                 return_discount: float | None = None):
         self.env_id = env_id
         self.seed = int(seed)
         self.actor_id = actor_id
@@ -73,6 +74,9 @@ class EnvRunner:
         self.prev_done = np.zeros(num_envs, dtype=bool)
         self.episode_return = np.zeros(num_envs, dtype=np.float64)
         self.episode_length = np.zeros(num_envs, dtype=np.int64)
+        self.return_discount = return_discount
+        """Reward scaling: the discount of the running return each rollout carries (None: not kept)."""
+        self.discounted_return = np.zeros(num_envs, dtype=np.float64)
 
     @staticmethod
     def _obs_shape(space: gym.Space) -> tuple[int, ...]:
@@ -140,6 +144,7 @@ class EnvRunner:
         truncated = np.empty((T, n), dtype=bool)
         valid = np.empty((T, n), dtype=bool)
         actions = params = logps = None
+        returns = np.empty((T, n), dtype=np.float32) if self.return_discount is not None else None
         done_returns, done_lengths, successes = [], [], []
         inference_s = step_s = 0.0
         age = int(policy.age)
@@ -185,6 +190,11 @@ class EnvRunner:
             self.episode_return += reward * live
             self.episode_length += live
             done = (term | trunc) & live
+            if returns is not None:   # raw rewards: the scaling is the learner's
+                self.discounted_return = np.where(live, self.discounted_return * self.return_discount + reward,
+                                                  self.discounted_return)
+                returns[t] = self.discounted_return
+                self.discounted_return[done] = 0.0
             if done.any():
                 done_returns.append(self.episode_return[done])
                 done_lengths.append(self.episode_length[done])
@@ -206,6 +216,7 @@ class EnvRunner:
             policy_age=age, actor_id=self.actor_id, episodes=episodes,
             timings={"env_step": step_s, "inference": inference_s},
             valid_count=int(valid.sum()),
+            discounted_returns=None if returns is None else torch.from_numpy(returns),
         )
 
     def close(self) -> None:

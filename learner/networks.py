@@ -10,6 +10,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .normalize import ObservationNormalizer
+
 
 def _init(layer: nn.Module, gain: float) -> nn.Module:
     nn.init.orthogonal_(layer.weight, gain)
@@ -171,12 +173,20 @@ class ActorCritic(nn.Module):
     Vector observations get separate policy and value MLPs (sharing hurts small
     control tasks); images share one CNN (`image_network`: `nature` or `impala`).
     `age` counts optimizer steps; every sample this network produces is stamped
-    with it (a rollout's `policy_age`).
+    with it (a rollout's `policy_age`). With `normalize_observations` every input
+    first goes through an `ObservationNormalizer`, whose statistics are part of the
+    network's state (vector observations only).
     """
 
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, hidden_sizes=(64, 64),
-                 image_network: str = "nature"):
+                 image_network: str = "nature", normalize_observations: bool = False, normalize_clip: float = 10.0):
         super().__init__()
+        self.obs_normalizer = None
+        if normalize_observations:
+            if not (isinstance(obs_space, gym.spaces.Box) and obs_space.dtype != np.uint8):
+                raise ValueError(f"normalize_observations=True is invalid for observation space {obs_space}: "
+                                 "expected a Box of floats (images and Discrete observations are not normalised)")
+            self.obs_normalizer = ObservationNormalizer(tuple(obs_space.shape), normalize_clip)
         if isinstance(obs_space, gym.spaces.Box) and obs_space.dtype == np.uint8 and len(obs_space.shape) == 3:
             if image_network not in IMAGE_INTAKES:
                 raise ValueError(f"image_network={image_network!r} is invalid: "
@@ -199,17 +209,27 @@ class ActorCritic(nn.Module):
         self.generator = torch.Generator()
         self.age = 0
 
+    def normalized(self, obs: torch.Tensor) -> torch.Tensor:
+        """What the intakes see: the observations, normalised where this network normalises them."""
+        return obs if self.obs_normalizer is None else self.obs_normalizer(obs)
+
     def policy_params(self, obs: torch.Tensor) -> torch.Tensor:
-        out = self.policy_out(self.policy_intake(obs))
+        return self._policy_params(self.normalized(obs))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self._value(self.normalized(obs))
+
+    def forward(self, obs: torch.Tensor):
+        return self.policy_params(obs), self.value(obs)
+
+    def _policy_params(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.policy_out(self.policy_intake(x))
         if self.log_std is not None:
             out = torch.cat([out, self.log_std.expand_as(out)], -1)
         return out
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.value_out(self.value_intake(obs)).squeeze(-1)
-
-    def forward(self, obs: torch.Tensor):
-        return self.policy_params(obs), self.value(obs)
+    def _value(self, x: torch.Tensor) -> torch.Tensor:
+        return self.value_out(self.value_intake(x)).squeeze(-1)
 
     def heads(self) -> dict[str, list[nn.Parameter]]:
         """Each output head's own parameters (intakes may be shared), for per-head gradient statistics."""

@@ -18,6 +18,7 @@ from torch import nn
 from rlvitals.actors.rollout import Rollout
 
 from . import diagnostics as diag
+from .normalize import LearnerNormalization
 from .returns import vtrace
 
 
@@ -38,6 +39,8 @@ class PPOSettings:
     vtrace_rho_clip: float
     vtrace_c_clip: float
     mixed_precision: bool = False
+    normalize_rewards: bool = False
+    normalize_clip: float = 10.0
 
 
 def ppo_loss(logp, behaviour_logp, values, advantages, value_targets, entropy, s: PPOSettings):
@@ -113,16 +116,18 @@ class PPOLearner:
         self.heads = _head_positions(net, device)
         self.reward_scale = torch.zeros((), device=device)
         """Largest |reward| of any valid step learned from in this run (kept on the device)."""
+        self.normalization = LearnerNormalization(net, settings.normalize_rewards, settings.normalize_clip, device)
 
     def extra_state(self) -> dict:
         """What a checkpoint must keep of the learner beyond network, optimizer and counters (tensors only)."""
         ema = self.noise_scale
-        return {"reward_scale": self.reward_scale.detach().cpu(),
+        return {"reward_scale": self.reward_scale.detach().cpu(), "normalization": self.normalization.state(),
                 "noise_scale": [None if x is None else x.detach().cpu() for x in (ema.trace_ema, ema.sqnorm_ema)]}
 
     def load_extra_state(self, state: dict) -> None:
         if "reward_scale" in state:
             self.reward_scale = state["reward_scale"].to(self.device, torch.float32)
+        self.normalization.load_state(state.get("normalization", {}))
         if "noise_scale" in state:
             self.noise_scale.trace_ema, self.noise_scale.sqnorm_ema = (
                 None if x is None else x.to(self.device) for x in state["noise_scale"])
@@ -137,8 +142,11 @@ class PPOLearner:
         t0 = time.perf_counter()
         tensors, index = self._transfer(rollout)
         t1 = time.perf_counter()
+        self.normalization.scale_rewards(tensors)
         batch = self._arrive(tensors, index, staleness)
         update = self._update(batch)
+        # After the update: this batch was learned with the observation statistics its actors acted with.
+        batch.stats.update(self.normalization.update_observations(batch.mb_obs))
         out = self._report(batch, update)
         where = _first_nonfinite(out)
         steps, count_learned = update.steps, batch.count
@@ -146,6 +154,7 @@ class PPOLearner:
             # Skip the batch: the weights, Adam's moments and the age are as if it never came.
             self._restore(update.before)
             self.net.age, self.reward_scale = age_before, scale_before
+            self.normalization.undo()
             steps, count_learned = 0, 0
         self.samples_learned += count_learned * self.s.update_epochs
         self.updates += 1
@@ -161,6 +170,8 @@ class PPOLearner:
         index = rollout.valid.reshape(-1).nonzero().squeeze(-1)       # host-side: no device sync
         names = ("obs", "actions", "rewards", "terminated", "truncated", "valid", "behaviour_params",
                  "behaviour_logp")
+        if rollout.discounted_returns is not None:
+            names += ("discounted_returns",)
         tensors = {k: _to_device(getattr(rollout, k), self.device) for k in names}
         return tensors, _to_device(index, self.device)
 

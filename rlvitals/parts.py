@@ -54,9 +54,21 @@ def env_spaces(cfg: TrainConfig):
 
 
 def make_network(cfg: TrainConfig, obs_space, action_space) -> ActorCritic:
-    net = ActorCritic(obs_space, action_space, cfg.hidden_sizes, image_network=cfg.image_network)
+    """ConfigError (one line) where the config asks for something this env's spaces do not allow."""
+    from .config import ConfigError
+
+    try:
+        net = ActorCritic(obs_space, action_space, cfg.hidden_sizes, image_network=cfg.image_network,
+                          normalize_observations=cfg.normalize_observations, normalize_clip=cfg.normalize_clip)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     net.seed(cfg.seed)
     return net
+
+
+def return_discount(cfg: TrainConfig) -> float | None:
+    """What the env runner needs for reward scaling: the discount of the running return it keeps (None: off)."""
+    return cfg.gamma if cfg.normalize_rewards and cfg.agent == "ppo" else None
 
 
 def make_agent(cfg: TrainConfig, runner, net: ActorCritic):

@@ -27,6 +27,7 @@ from .parts import (  # noqa: F401
     make_network,
     ppo_settings,
     resolve_device,
+    return_discount,
     seed_everything,
 )
 from .rows import RowObserver
@@ -70,7 +71,8 @@ def train_local(cfg: TrainConfig, archive: RunArchive, telemetry=None, stop=None
     seed_everything(cfg.seed, cfg.torch_threads)
     # A resumed run cannot recover its envs' internal state; fresh seeds avoid replaying old episodes.
     episode_seed = env_seed(cfg.seed, 0) + (resume["tracker"]["env_steps"] if resume else 0)
-    runner = EnvRunner(cfg.env, cfg.num_envs, episode_seed, atari_options=atari_options(cfg))
+    runner = EnvRunner(cfg.env, cfg.num_envs, episode_seed, atari_options=atari_options(cfg),
+                       return_discount=return_discount(cfg))
     try:
         run = Run.build(cfg, archive, runner.obs_space, runner.action_space, telemetry, stop, resume, observers)
         return run.drive(LocalRollouts(run, runner))

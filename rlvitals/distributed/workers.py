@@ -16,7 +16,7 @@ from rlvitals.actors.rollout import Rollout
 from rlvitals.actors.runner import EnvStepError
 
 from ..config import TrainConfig
-from ..parts import atari_options, make_agent, make_network, seed_everything
+from ..parts import atari_options, make_agent, make_network, return_discount, seed_everything
 
 
 def seed_for_actor(seed: int, actor_id: int) -> int:
@@ -45,7 +45,8 @@ class RolloutWorker:
         self.cfg, self.actor_id = cfg, actor_id
         # Native Atari envs run threads of their own: no more than the CPUs Ray reserved for us.
         self.runner = EnvRunner(cfg.env, cfg.num_envs, env_seed(cfg.seed, actor_id), actor_id,
-                                atari_options=atari_options(cfg, threads=max(1, int(cfg.actor_cpus))))
+                                atari_options=atari_options(cfg, threads=max(1, int(cfg.actor_cpus))),
+                                return_discount=return_discount(cfg))
         self.net = make_network(cfg, self.runner.obs_space, self.runner.action_space)
         self.net.seed(seed_for_actor(cfg.seed, actor_id))
         self.agent = make_agent(cfg, self.runner, self.net)
