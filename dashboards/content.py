@@ -109,6 +109,13 @@ def learning() -> Dashboard:
             gauges("rlvitals_learner_value_target_scale_ratio", lo=0, title="Value targets against the reward scale"),
             gauges("rlvitals_learner_reward_scale", title="Reward scale",
                    note="Healthy: steps up to the largest reward the env gives early on, then stays flat."),
+            gauges("rlvitals_learner_reward_divisor", title="Reward divisor (reward scaling)",
+                   note="Healthy: 1 with reward scaling off; with it on, settles after the first batches."),
+            gauges("rlvitals_learner_observation_normalizer", by=("stat",), title="Observation normaliser",
+                   note="Healthy: abs_mean 0 and std 1 with normalisation off; with it on, settle early and drift "
+                        "slowly."),
+            gauges("rlvitals_learner_observation_normalizer_samples", title="Observation normaliser samples",
+                   note="Healthy: 0 with normalisation off; with it on, rises by every batch's samples."),
         ]),
         Row("Consistency", [
             gauges("rlvitals_learner_logp_discrepancy_nats", "rlvitals_learner_logp_discrepancy_shifted_nats",

@@ -179,6 +179,21 @@ METRICS: tuple[Metric, ...] = (
     Metric("rlvitals_learner_reward_scale", "gauge", "learner", "standard", "none",
            "Largest absolute reward the learner has seen in this run: the scale every value-like signal is "
            "judged against, so one rule fits every env's reward scale.", source="reward_scale"),
+    Metric("rlvitals_learner_observation_normalizer_samples", "gauge", "learner", "standard", "short",
+           "Observations the running observation normaliser has merged (normalize_observations); 0 when it is "
+           "off. Healthy: rises by every batch's samples; flat while training means its statistics are frozen.",
+           source="obs_norm_samples"),
+    Metric("rlvitals_learner_observation_normalizer", "gauge", "learner", "standard", "none",
+           "The observation normaliser's running statistics, averaged over the observation's dimensions: "
+           "abs_mean (|mean|) and std; 0 and 1 when it is off. Healthy: settle early and drift slowly; a std near "
+           "0 means a constant input, and jumps mean the observations' distribution changes under the policy.",
+           labels=("stat",), label_values={"stat": ("abs_mean", "std")}, source="obs_norm_{stat}"),
+    Metric("rlvitals_learner_reward_divisor", "gauge", "learner", "standard", "none",
+           "What the learner divides rewards by (normalize_rewards): the running std of each env's discounted "
+           "return; 1 when reward scaling is off. With it on, the learner's reward, value, target and advantage "
+           "statistics are in the scaled units, episode returns in the env's. Healthy: settles after the first "
+           "batches; near 0 (sparse rewards not yet seen) scaled rewards sit at the clip.",
+           source="reward_divisor"),
     Metric("rlvitals_learner_value_target_scale_ratio", "gauge", "learner", "standard", "percentunit",
            "max|value target| x (1 - gamma) / reward scale. True values obey |V| <= r_max / (1 - gamma), so "
            "healthy targets read at most about 1 on any env. Well above 1: discounting, bootstrapping or "
