@@ -67,7 +67,7 @@ class ObservationNormalizer(nn.Module):
     @torch.no_grad()
     def update(self, obs: torch.Tensor) -> None:
         """Merge the moments of a batch of raw observations [B, *shape] (rows beyond SAFE_LIMIT or NaN left out)."""
-        keep = (obs.abs() <= SAFE_LIMIT).reshape(len(obs), -1).all(1)
+        keep = (obs.abs() <= SAFE_LIMIT).flatten(1).all(1)
         count, mean, var = merge_moments(self.count, self.mean, self.var, *masked_moments(obs, keep))
         self.count.copy_(count)
         self.mean.copy_(mean)
