@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -44,8 +45,12 @@ def check_url(url: str | None) -> str:
     if not url:
         raise PushError("--url is required (or GRAFANA_URL in the environment): the base URL of a running Grafana, "
                         "e.g. http://127.0.0.1:3000", code=2)
-    parsed = urlparse(url)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+    try:
+        parsed = urlparse(url)
+        parsed.port  # noqa: B018  (raises ValueError for a port outside 0-65535)
+    except ValueError:  # an unclosed [IPv6] bracket, a port out of range
+        parsed = None
+    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise PushError(f"--url={url!r} is invalid: expected http(s)://host[:port][/path]", code=2)
     if parsed.username or parsed.password:
         raise PushError(f"--url must not contain credentials: {CREDENTIALS_HELP}", code=2)
@@ -70,6 +75,8 @@ def push(url: str, files: list[Path], folder_title: str = FOLDER_TITLE, folder_u
     from grafana_client.client import GrafanaClientError
 
     url = check_url(url)
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise PushError(f"--timeout={timeout!r} is invalid: expected a finite number of seconds > 0", code=2)
     api = GrafanaApi.from_url(url, credential=credentials(), timeout=timeout)
     try:
         api.client.GET("/health")

@@ -23,6 +23,8 @@ COUNT_MAX = 2**62
 TORCH_THREADS_MAX = 256
 NUM_ENVS_MAX = 65_536
 """Envs one actor steps in one process; more is spread over Ray actors."""
+DURATION_MAX_SECONDS = 30 * 24 * 3600
+"""Timeouts and intervals (`*_seconds` fields): 30 days; beyond that sleeps and deadlines overflow."""
 EVAL_EPISODES_MAX = 1_000_000
 """`rlvitals eval` keeps every episode's return in memory."""
 
@@ -51,6 +53,8 @@ def check_config_limits(cfg) -> None:
         value = getattr(cfg, field.name)
         if isinstance(value, int) and not isinstance(value, bool) and value > COUNT_MAX:
             raise LimitError(f"{field.name}={value} is invalid: expected at most {COUNT_MAX} (2**62)")
+        if field.name.endswith("_seconds") and isinstance(value, float) and value > DURATION_MAX_SECONDS:
+            raise LimitError(f"{field.name}={value!r} is invalid: expected at most {DURATION_MAX_SECONDS} (30 days)")
     if cfg.torch_threads > TORCH_THREADS_MAX:
         raise LimitError(f"torch_threads={cfg.torch_threads} is invalid: expected at most {TORCH_THREADS_MAX}")
     if cfg.num_envs > NUM_ENVS_MAX:

@@ -53,6 +53,8 @@ def metrics_bind_host(host: str) -> str:
 
 def check_metrics_address(host: str, port: int) -> None:
     """ConfigError unless this process can bind its /metrics endpoint to (host, port); the socket is closed."""
+    if not host.strip():  # an empty host binds every interface: say so explicitly with 0.0.0.0
+        raise ConfigError(f"metrics_host={host!r} is invalid: {ACCEPTED_HOSTS}")
     address = metrics_bind_host(host)
     family = socket.AF_INET6 if ":" in address else socket.AF_INET  # as telemetry/server.py opens it
     with socket.socket(family, socket.SOCK_STREAM) as sock:
