@@ -53,6 +53,8 @@ class Rollout:
     episodes: EpisodeStats = field(default_factory=EpisodeStats)
     timings: dict = field(default_factory=dict)
     """Seconds this rollout spent in env.step, in inference, and waiting for weights."""
+    weights_checksums: tuple = ()
+    """Fingerprint of the network that acted, one per actor in the batch (empty: a policy without weights)."""
 
     @property
     def num_steps(self) -> int:
@@ -114,6 +116,7 @@ class Rollout:
             episodes=EpisodeStats(np.concatenate([e.returns for e in eps]), np.concatenate([e.lengths for e in eps]),
                                   np.concatenate([e.successes for e in eps])),
             timings={}, valid_count=sum(r.valid_count for r in rollouts),
+            weights_checksums=tuple(c for r in rollouts for c in r.weights_checksums),
             discounted_returns=cat("discounted_returns") if rollouts[0].discounted_returns is not None else None)
 
 

@@ -148,6 +148,8 @@ class EnvRunner:
         done_returns, done_lengths, successes = [], [], []
         inference_s = step_s = 0.0
         age = int(policy.age)
+        # The weights cannot change during a collection: one fingerprint of what acted, for the learner to check.
+        checksums = (policy.weights_checksum(),) if hasattr(policy, "weights_checksum") else ()
 
         for t in range(T):
             obs_buf[t] = self.obs
@@ -215,7 +217,7 @@ class EnvRunner:
             valid=torch.from_numpy(valid), behaviour_params=params, behaviour_logp=logps,
             policy_age=age, actor_id=self.actor_id, episodes=episodes,
             timings={"env_step": step_s, "inference": inference_s},
-            valid_count=int(valid.sum()),
+            valid_count=int(valid.sum()), weights_checksums=checksums,
             discounted_returns=None if returns is None else torch.from_numpy(returns),
         )
 

@@ -123,6 +123,8 @@ def learning() -> Dashboard:
                    note="Healthy: `same step` reads 0 on every batch of staleness 0, whatever `neighbour step` does."),
             gauges("rlvitals_learner_head_gradient_norm", by=("head",), log=True, title="Gradient norm per head",
                    width=12),
+            gauges("rlvitals_learner_actor_weights_mismatch_ratio", title="Weights that acted vs their stamped age",
+                   width=12, note="Healthy: 0 on every batch; above, actors act with other weights than they report."),
             gauges("rlvitals_learner_behaviour_record_discrepancy_nats", title="Actors' record against itself",
                    width=12, note="Healthy: 0 on every batch, at any staleness."),
             gauges("rlvitals_learner_gradient_mismatch_ratio", log=True, title="Gradient of this minibatch's loss?",

@@ -236,6 +236,16 @@ class ActorCritic(nn.Module):
         policy = list(self.policy_out.parameters()) + ([self.log_std] if self.log_std is not None else [])
         return {"policy": policy, "value": list(self.value_out.parameters())}
 
+    @torch.no_grad()
+    def weights_checksum(self) -> float:
+        """A fingerprint of the parameters (sum of values and of squares, in float64): the same weights give
+        the same number on any process, other weights another. One reduction per call: per rollout, not per step."""
+        total = torch.zeros((), dtype=torch.float64)
+        for p in self.parameters():
+            x = p.detach().double()
+            total += (x.sum() + x.square().sum()).cpu()
+        return float(total)
+
     def value_bias(self) -> nn.Parameter:
         """The parameter added to every value (the value head's bias): its gradient is sum_i dL/dV_i."""
         return self.value_out.bias

@@ -103,6 +103,9 @@ class DevicePolicy:
     def age(self) -> int:
         return self.net.age
 
+    def weights_checksum(self) -> float:
+        return self.net.weights_checksum()
+
     def act(self, obs):
         actions, params, logp = self.net.act(obs.to(self.device, non_blocking=True))
         return actions.cpu(), params.cpu(), logp.cpu()

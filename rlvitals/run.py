@@ -57,6 +57,8 @@ class Run:
         """The last learn step's statistics ({} when it did not learn)."""
         self.policy_age: int | None = None
         """Network age that produced the last batch (the oldest of its rollouts)."""
+        self.published: dict[int, float] = {}
+        """Network age -> fingerprint of the learner's weights when that age was handed to actors."""
         self.staleness: int | None = None
         """Learner steps between that network and the learner's when the batch arrived."""
         self.queue_depth: int | None = None
@@ -118,6 +120,9 @@ class Run:
             stats = self.learner.learn(rollout)
             stats["rollouts_alive"] = float(Rollout.alive())  # the batch in hand counts: healthy is small
             stats["staleness_batches"] = self.staleness / self._steps_per_update
+            mismatch = self.weights_mismatch(rollout)
+            if mismatch is not None:
+                stats["weights_mismatch"] = mismatch
             self.telemetry.record_learn(stats)  # counts a skipped update's samples as dropped itself
             if stats["nonfinite"]:
                 t.dropped["nonfinite"] += n
@@ -155,6 +160,24 @@ class Run:
         return ok
 
     # ------------------------------------------------------------- what sources report
+    def weights_handed_out(self) -> None:
+        """The network as it is now goes to the actors (local: acts itself): remember its fingerprint.
+
+        Taken from the learner's network, not from what was sent, so a transport that sends the wrong
+        weights under the right age is caught. Bounded: ages older than the staleness limit are forgotten.
+        """
+        self.published[self.net.age] = self.net.weights_checksum()
+        oldest = self.net.age - self.cfg.max_staleness - 1
+        for age in [a for a in self.published if a < oldest]:
+            del self.published[age]
+
+    def weights_mismatch(self, rollout) -> float | None:
+        """Largest relative difference between what acted and what this age's weights were; None: unknown."""
+        expected = self.published.get(rollout.policy_age)
+        if expected is None or not rollout.weights_checksums:
+            return None
+        return max(abs(c - expected) for c in rollout.weights_checksums) / max(abs(expected), 1e-30)
+
     def queue(self, depth: int, capacity: int) -> None:
         """Rollouts finished but not yet taken when a batch arrived, and how many may be."""
         self.queue_depth, self.queue_capacity = depth, capacity

@@ -162,6 +162,12 @@ METRICS: tuple[Metric, ...] = (
            "|dL/dV_i|, on the update's first minibatch. Healthy: rounding (1e-7; about 1e-2 in bfloat16). Of "
            "order 1: gradients accumulate across steps (zero_grad missing or misplaced) or something else "
            "writes into the gradients.", source="gradient_mismatch"),
+    Metric("rlvitals_learner_actor_weights_mismatch_ratio", "gauge", "learner", "standard", "percentunit",
+           "The weights that acted against the learner's weights of the network age the batch is stamped with: "
+           "the relative difference of their fingerprints (float64 sums of the parameters and their squares), "
+           "the largest over the batch's actors. Healthy: 0 (rounding, 1e-12, across devices). Above: actors "
+           "act with other weights than the age they report (stale weights sent under a new age, weights "
+           "received but not loaded).", source="weights_mismatch"),
     Metric("rlvitals_learner_behaviour_record_discrepancy_nats", "gauge", "learner", "standard", "none",
            "The actors' record checked against itself: the largest |log mu(a; stored parameters) - stored log "
            "mu| over the batch. It needs no learner network, so it holds at any staleness. Healthy: 0 up to "

@@ -141,8 +141,11 @@ DIRECTION_TOLERANCE = 1e-6
 GRADIENT_TOLERANCE = 0.05
 # A head without gradient is the head's fault only when the gradients are the loss's (not zeroed, say, after backward).
 GRADIENTS_OF_LOSS = S("gradient_mismatch") <= GRADIENT_TOLERANCE
-# A learner/actor mismatch says something about observations only when the actor's own record is consistent.
-RECORD_CONSISTENT = S("record_discrepancy") <= LOGP_TOLERANCE
+# Fingerprints of the same weights agree to float64 rounding, whatever device summed them.
+WEIGHTS_TOLERANCE = 1e-9
+# A learner/actor mismatch says something about observations only when the actor's own record is consistent
+# and it acted with the weights it claims.
+RECORD_CONSISTENT = (S("record_discrepancy") <= LOGP_TOLERANCE) & (S("weights_mismatch") <= WEIGHTS_TOLERANCE)
 
 # Samples no staler than the queues explain: then a policy that moves too far is the optimizer's doing.
 FRESH = S("staleness_batches") <= S("queue_capacity") + 1
@@ -233,6 +236,12 @@ RULES: tuple[Rule, ...] = (
          "A return can be at most r_max / (1 - gamma) in size, and the targets are more than twice that: "
          "rewards are accumulated without discounting, bootstrapped from the wrong state, or gamma is "
          "applied the wrong way.", after_updates=5),
+    Rule("RLActorWeightsNotAsStamped", S("weights_mismatch") > WEIGHTS_TOLERANCE, 5, "fast", "critical",
+         "weight-sync",
+         "Actors act with other weights than the network age they report in run {{ $labels.run_id }}",
+         "The fingerprint of the weights an actor acted with differs from the learner's weights of the network "
+         "age stamped on its rollout: weights are sent under the wrong age (a stale copy published as new), "
+         "received but not loaded, or loaded into a network the actor does not act with."),
     Rule("RLBehaviourRecordInconsistent", S("record_discrepancy") > LOGP_TOLERANCE, 5, "fast", "critical", "actor",
          "The actors store actions their recorded probabilities do not belong to in run {{ $labels.run_id }}",
          "The log-probability the actor recorded for each action does not match the action stored with it under "

@@ -209,6 +209,20 @@ def weights_never_republished(mp):
     mp.setattr(Fleet, "publish", publish)
 
 
+def actor_parameters_not_loaded(mp):
+    from rlvitals.distributed.fleet import Fleet
+
+    def publish(self, net):
+        # What actors get is the learner's state with its first parameters: they take on each new network
+        # age (a buffer) but keep acting with the first weights, as a partial load would leave them.
+        state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
+        if not hasattr(self, "_planted_first_parameters"):
+            self._planted_first_parameters = {k: state[k] for k, _ in net.named_parameters()}
+        return [self.ray.put({**state, **self._planted_first_parameters})], net.age
+
+    mp.setattr(Fleet, "publish", publish)
+
+
 def no_bug(mp):
     pass
 
@@ -250,6 +264,9 @@ BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("weights_never_republished", "weight-sync", "run", weights_never_republished,
                overrides={"mode": "ray", "num_actors": 2, "torch_threads": 1}, mode="ray",
                what="Ray mode: the learner's new weights never reach the actors"),
+    PlantedBug("actor_parameters_not_loaded", "weight-sync", "run", actor_parameters_not_loaded,
+               overrides={"mode": "ray", "num_actors": 2, "torch_threads": 1}, mode="ray",
+               what="Ray mode: actors take each new network age but keep their first parameters"),
     PlantedBug("rollouts_kept_forever", "memory", "run", rollouts_kept_forever,
                what="every rollout appended to a list that is never cleared"),
 )

@@ -121,3 +121,21 @@ def test_the_actors_record_is_consistent_unless_actions_and_log_probabilities_pa
     assert float(record_discrepancy(dist, params, actions, logp, valid)) < 1e-6
     assert float(record_discrepancy(dist, params, torch.roll(actions, 1, 0), logp, valid)) > 0.1
     assert torch.isnan(record_discrepancy(dist, params, actions, logp, torch.zeros_like(valid)))
+
+
+def test_the_weights_fingerprint_follows_the_parameters_not_the_object():
+    import copy
+
+    import gymnasium as gym
+    import torch
+
+    from rlvitals.learner.networks import ActorCritic
+
+    env = gym.make("CartPole-v1")
+    net = ActorCritic(env.observation_space, env.action_space)
+    twin = copy.deepcopy(net)
+    twin.load_state_dict(net.state_dict())
+    assert twin.weights_checksum() == net.weights_checksum()
+    with torch.no_grad():
+        next(twin.parameters())[0, 0] += 1e-3           # one weight of thousands
+    assert abs(twin.weights_checksum() - net.weights_checksum()) / abs(net.weights_checksum()) > 1e-9

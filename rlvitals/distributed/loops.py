@@ -28,6 +28,7 @@ class SyncRollouts:
     def next(self) -> Rollout:
         run, fleet, ray = self.run, self.fleet, self.ray
         weights, weights_age = fleet.publish(run.net)
+        run.weights_handed_out()
         with run.telemetry.phase("wait"):
             refs = dict(fleet.submit(i, weights, weights_age) for i in range(fleet.num_actors))
             rollouts: dict[int, Rollout] = {}
@@ -64,6 +65,7 @@ class AsyncRollouts:
         self.per_actor = run.cfg.rollouts_in_flight
         self.capacity = fleet.num_actors * self.per_actor
         self.weights, self.weights_age = fleet.publish(run.net)
+        run.weights_handed_out()
         self.in_flight: dict = {}
         """object ref of a requested rollout -> task (actor index, generation)."""
         self.owed: int | None = None
@@ -81,6 +83,7 @@ class AsyncRollouts:
         if self.owed is not None:
             if run.learner is not None:
                 self.weights, self.weights_age = fleet.publish(run.net)
+                run.weights_handed_out()
             self._submit(self.owed)
             self.owed = None
         while True:
