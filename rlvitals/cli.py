@@ -130,12 +130,12 @@ def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 def preflight(cfg: TrainConfig, fresh_dir: bool = True) -> None:
     """Everything that can be checked before anything is written, cheapest first."""
-    from .envcheck import check_env
+    from .env_preflight import check_env_usable
     from .limits import check_memory
     from .training import atari_options, resolve_device
     from .validate import check_metrics_address, check_run_dir_creatable
 
-    obs_space, action_space = check_env(cfg, atari_options(cfg))  # built, reset and stepped once
+    obs_space, action_space = check_env_usable(cfg, atari_options(cfg))  # built, reset and stepped once
     check_memory(cfg, obs_space, action_space)
     try:
         resolve_device(cfg)

@@ -16,7 +16,7 @@ from .config import ConfigError, build_config
 def load_network(run_dir: str):
     """(config, network) from a run directory's latest checkpoint; ConfigError (one line) when it cannot be used."""
     from .checkpoint import check_network_fits
-    from .envcheck import check_env
+    from .env_preflight import check_env_usable
     from .training import atari_options, make_network
     from .validate import check_checkpoint_content
 
@@ -30,7 +30,7 @@ def load_network(run_dir: str):
         cfg = build_config(None, state["config"])
     except ConfigError as exc:
         raise ConfigError(f"checkpoint {str(ckpt)!r} holds a config this version cannot use: {exc}") from None
-    obs_space, action_space = check_env(cfg, atari_options(cfg))
+    obs_space, action_space = check_env_usable(cfg, atari_options(cfg))
     check_network_fits(ckpt, state)
     net = make_network(cfg, obs_space, action_space)
     net.load_state_dict(state["network"])

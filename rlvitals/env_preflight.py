@@ -32,17 +32,17 @@ def _plain(message) -> str:
     return text.split(", where")[0]
 
 
-def check_env(cfg, atari_options=None):
+def check_env_usable(cfg, atari_options=None):
     """(observation space, action space) of one env of `cfg`, after one reset and one step; EnvError otherwise.
 
     Gymnasium's warnings during the check are held back: the run that follows builds the env again.
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        return _check_env(cfg, atari_options, caught)
+        return _try_env(cfg, atari_options, caught)
 
 
-def _check_env(cfg, atari_options, caught: list):
+def _try_env(cfg, atari_options, caught: list):
     try:
         env = make_vector_env(cfg.env, 1, atari_options)
     except EnvError:
