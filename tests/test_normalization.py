@@ -133,6 +133,21 @@ def test_off_by_default_the_network_and_rows_are_as_before():
     assert stats["reward_divisor"] == 1.0 and stats["reward_max"] == 1.0   # CartPole's raw reward
 
 
+def test_a_batch_whose_update_is_undone_leaves_both_statistics_as_they_were():
+    cfg, runner, net, learner = parts(normalize_observations=True, normalize_rewards=True)
+    try:
+        learner.learn(runner.collect(net, cfg.rollout_length))
+        before = ({k: v.clone() for k, v in net.state_dict().items()}, learner.extra_state()["normalization"])
+        learner.set_learning_rate(math.inf)   # the update's weights go non-finite: the batch is skipped
+        stats = learner.learn(runner.collect(net, cfg.rollout_length))
+    finally:
+        runner.close()
+    assert stats["nonfinite"] == 1.0
+    assert all(torch.equal(v, before[0][k]) for k, v in net.state_dict().items())
+    assert all(torch.equal(v, before[1]["returns"][k])
+               for k, v in learner.extra_state()["normalization"]["returns"].items())
+
+
 # -------------------------------------------------------------- reward scaling
 def test_reward_divisor_is_the_running_std_of_each_envs_discounted_return():
     cfg, runner, net, learner = parts(normalize_rewards=True, gamma=0.9)
