@@ -170,8 +170,7 @@ class PPOLearner:
         index = rollout.valid.reshape(-1).nonzero().squeeze(-1)       # host-side: no device sync
         names = ("obs", "actions", "rewards", "terminated", "truncated", "valid", "behaviour_params",
                  "behaviour_logp")
-        if rollout.discounted_returns is not None:
-            names += ("discounted_returns",)
+        names += ("discounted_returns",) if rollout.discounted_returns is not None else ()   # reward scaling
         tensors = {k: _to_device(getattr(rollout, k), self.device) for k in names}
         return tensors, _to_device(index, self.device)
 
