@@ -183,7 +183,7 @@ def test_statistics_survive_a_resume_and_are_what_eval_uses(tmp_path):
     from rlvitals.evaluate import load_network
 
     run = tmp_path / "run"
-    train(run, "--total-env-steps", "2048", "--verbosity", "off", *SMALL, *BOTH_ON)
+    train(run, "--total-env-steps", "1024", "--verbosity", "off", *SMALL, *BOTH_ON)
     first = RunArchive(run).load_checkpoint()
     count = float(first["network"]["obs_normalizer.count"])
     assert count == first["tracker"]["env_steps"] > 0
@@ -192,11 +192,9 @@ def test_statistics_survive_a_resume_and_are_what_eval_uses(tmp_path):
     _, net = load_network(str(run))                 # eval's network carries the run's statistics
     assert torch.equal(net.obs_normalizer.mean, first["network"]["obs_normalizer.mean"].to(net.obs_normalizer.mean))
     assert float(net.obs_normalizer.count) == count
-    done = cli("eval", "--run-dir", str(run), "--episodes", "3")
-    assert done.returncode == 0, done.stderr
 
-    summary = train(None, "--resume", str(run), "--total-env-steps", "4096")
-    assert summary["env_steps"] >= 4096
+    summary = train(None, "--resume", str(run), "--total-env-steps", "2048")
+    assert summary["env_steps"] >= 2048
     written = rows(run)
     # Every row, before the resume and after: the normaliser has merged exactly the samples learned from.
     assert [row["obs_norm_samples"] for row in written] == [float(row["samples"]) for row in written]
