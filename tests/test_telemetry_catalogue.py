@@ -153,7 +153,8 @@ def test_learner_and_local_series_per_level(level, test_env):
         rollout = runner.collect(net, cfg.rollout_length)
         local.record_rollout(rollout)
         # What the run's learn step adds to the learner's statistics (rlvitals.run.Run.learn_step).
-        stats = {**learner.learn(rollout), "rollouts_alive": 1.0, "staleness_batches": 0.0}
+        stats = {**learner.learn(rollout), "rollouts_alive": 1.0, "staleness_batches": 0.0,
+                 "weights_mismatch": 0.0}
     finally:
         runner.close()
     scale = {**layer_counts(net), "rollout step": cfg.rollout_length}
