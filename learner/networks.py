@@ -238,10 +238,11 @@ class ActorCritic(nn.Module):
 
     @torch.no_grad()
     def weights_checksum(self) -> float:
-        """A fingerprint of the parameters (sum of values and of squares, in float64): the same weights give
-        the same number on any process, other weights another. One reduction per call: per rollout, not per step."""
+        """A fingerprint of the parameters and floating-point buffers (an observation normaliser's statistics):
+        sums of values and of squares in float64. The same weights give the same number on any process, other
+        weights another. One reduction per tensor per call: per rollout, not per step."""
         total = torch.zeros((), dtype=torch.float64)
-        for p in self.parameters():
+        for p in [*self.parameters(), *(b for b in self.buffers() if b.is_floating_point())]:
             x = p.detach().double()
             total += (x.sum() + x.square().sum()).cpu()
         return float(total)

@@ -164,7 +164,8 @@ METRICS: tuple[Metric, ...] = (
            "writes into the gradients.", source="gradient_mismatch"),
     Metric("rlvitals_learner_actor_weights_mismatch_ratio", "gauge", "learner", "standard", "percentunit",
            "The weights that acted against the learner's weights of the network age the batch is stamped with: "
-           "the relative difference of their fingerprints (float64 sums of the parameters and their squares), "
+           "the relative difference of their fingerprints (float64 sums of the parameters, normaliser statistics "
+           "and their squares), "
            "the largest over the batch's actors. Healthy: 0 (rounding, 1e-12, across devices). Above: actors "
            "act with other weights than the age they report (stale weights sent under a new age, weights "
            "received but not loaded).", source="weights_mismatch"),
