@@ -106,6 +106,11 @@ class DevicePolicy:
     def weights_checksum(self) -> float:
         return self.net.weights_checksum()
 
+    @torch.no_grad()
     def act(self, obs):
-        actions, params, logp = self.net.act(obs.to(self.device, non_blocking=True))
-        return actions.cpu(), params.cpu(), logp.cpu()
+        # The forward pass runs on the learner's device; the sampling runs on the CPU with the network's
+        # own CPU generator, so the draws are the same stream as on a CPU learner and a resumed run's
+        # sampler state (a CPU generator's) still applies.
+        params = self.net.policy_params(obs.to(self.device, non_blocking=True)).float().cpu()
+        actions, logp = self.net.dist.sample(params, self.net.generator)
+        return actions, params, logp

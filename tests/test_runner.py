@@ -452,3 +452,23 @@ def test_random_agent_scores_like_random_on_cartpole():
     assert 15 <= returns.mean() <= 30, returns.mean()
     # both actions are taken about equally often
     assert returns.min() >= 8 and returns.max() < 200
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_a_policy_on_another_device_samples_the_same_stream_as_the_network(env_id):
+    """Local mode with a CUDA learner acts through DevicePolicy: the forward pass on the learner's device, the
+    draw on the network's CPU generator (a CUDA forward pass with that generator crashed the first update on an
+    H100). Here the device is the CPU, so the actions, parameters and log-probabilities must equal net.act's."""
+    from rlvitals.config import TrainConfig
+    from rlvitals.parts import DevicePolicy, env_spaces, make_network
+
+    cfg = TrainConfig(env=env_id, seed=7).validate()
+    obs_space, action_space = env_spaces(cfg)
+    net, twin = make_network(cfg, obs_space, action_space), make_network(cfg, obs_space, action_space)
+    twin.load_state_dict(net.state_dict())
+    obs = torch.as_tensor(np.stack([obs_space.sample() for _ in range(16)]), dtype=torch.float32)
+    for _ in range(3):   # the generators advance alike
+        expected = net.act(obs)
+        got = DevicePolicy(twin, torch.device("cpu")).act(obs)
+        for a, b in zip(expected, got, strict=True):
+            assert a.device.type == "cpu" and torch.equal(a, b)
