@@ -181,9 +181,10 @@ class PPOLearner:
         T, N = rewards.shape
         done = r["terminated"] | r["truncated"]
         with torch.no_grad():
-            with diag.ActivationProbe(net, enabled=self.debug) as activations, self._autocast():
+            # Float32 even under mixed precision: the actors acted in float32, so on-policy ratios are 1 and
+            # the consistency check stays exact (bfloat16 put 0.05 nats between learner and actor on an H100).
+            with diag.ActivationProbe(net, enabled=self.debug) as activations:
                 params_all, values_all = net(obs.reshape(-1, *obs.shape[2:]))
-            params_all, values_all = params_all.float(), values_all.float()  # no-ops without autocast
             values_all, params_all = values_all.reshape(T + 1, N), params_all.reshape(T + 1, N, -1)
             params = params_all[:T]
             log_rhos = net.dist.log_prob(params, actions) - r["behaviour_logp"]

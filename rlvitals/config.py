@@ -129,8 +129,8 @@ class TrainConfig:
     torch_threads: int = 1
     """Torch intra-op threads per process; small networks run fastest on one."""
     mixed_precision: bool = False
-    """Learner forward and backward passes under bfloat16 autocast on CUDA (ignored on CPU, which stays
-    bit-reproducible)."""
+    """The learner's training forward and backward passes under bfloat16 autocast on CUDA (ignored on CPU,
+    which stays bit-reproducible); targets and the actor-learner check are computed in float32."""
 
     # --- telemetry and archive ---
     verbosity: str = "standard"
