@@ -95,14 +95,13 @@ class AsyncRollouts:
                     for _ in range(self.per_actor if back is not None else 0):
                         self._submit(back)
                     continue
+                ref, done_now = self._oldest_ready(ref)
                 task = self.in_flight.pop(ref)
                 try:
                     rollout = ray.get(ref)
                 except ray.exceptions.RayError as exc:
                     fleet.actor_failed(task, exc)  # resubmitted once its endpoint answers
                     continue
-            done_now = ray.wait(list(self.in_flight), num_returns=len(self.in_flight), timeout=0)[0] \
-                if self.in_flight else []
             run.queue(len(done_now), self.capacity)
             if run.net.age - rollout.policy_age > run.cfg.max_staleness:
                 run.drop("stale", rollout.env_steps)
@@ -112,6 +111,17 @@ class AsyncRollouts:
                 return None
             self.owed = task[0]
             return rollout
+
+    def _oldest_ready(self, ref) -> tuple:
+        """The earliest-requested finished rollout (`ref` is one finished one), and the others finished now.
+
+        Ray does not say which ready object `wait` hands back first, and it is not always the oldest: a
+        finished rollout passed over again and again went hundreds of learner steps stale and was dropped
+        on a healthy run. Taking the oldest bounds a rollout's wait by the requests ahead of it."""
+        ready = self.ray.wait(list(self.in_flight), num_returns=len(self.in_flight), timeout=0)[0]
+        order = {r: i for i, r in enumerate(self.in_flight)}   # insertion order: the order of the requests
+        oldest = min([ref, *ready], key=order.__getitem__)
+        return oldest, [r for r in ready if r != oldest]
 
     def drain(self) -> None:
         """Rollouts that actors finished but the learner never took: counted, not silently lost."""
