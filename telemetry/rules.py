@@ -147,8 +147,10 @@ WEIGHTS_TOLERANCE = 1e-9
 # and it acted with the weights it claims.
 RECORD_CONSISTENT = (S("record_discrepancy") <= LOGP_TOLERANCE) & (S("weights_mismatch") <= WEIGHTS_TOLERANCE)
 
-# Samples no staler than the queues explain: then a policy that moves too far is the optimizer's doing.
-FRESH = S("staleness_batches") <= S("queue_capacity") + 1
+# Samples from the learner's current or previous network: only then is a policy that moves too far from
+# the one that acted the optimizer's doing. Samples that waited in queues (Ray's asynchronous loop) were
+# acted on by a policy many optimizer steps back, and a healthy run's clip fraction there passed 0.3.
+FRESH = S("staleness_batches") <= 1
 
 RULES: tuple[Rule, ...] = (
     # ------------------------------------------------------------------ fast: learning
