@@ -323,8 +323,11 @@ def test_rule_conditions_and_verdicts_are_drawn(runs, tmp_path):
     shutil.copytree(runs.a, broken)
     rows = [json.loads(line) for line in (broken / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["updates"] > rule.after_updates
-    for row in rows:
+    for i, row in enumerate(rows):
         row[key] = value * 2 + 1
+        # One row a second: the evaluator decides on a 1 s grid, and a fast machine wrote these 8 rows in
+        # under a second, before its first grid point (CI: no evaluation, no timeline).
+        row["wall_seconds"] = i + 0.5
     (broken / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     write_verdicts(broken / "verdicts.json", [Verdict(rule.name, rule.severity, rule.component, 1.0, 2, "seen")])
     code, _, err = report(broken)

@@ -57,8 +57,8 @@ def test_record_learn_sets_every_learner_gauge_from_its_stats_key():
     recorder.record_learn(stats)
     for m in sourced("learner", ("gauge",)):
         if m.name in ("rlvitals_learner_training_intensity", "rlvitals_learner_rollouts_alive",
-                      "rlvitals_learner_staleness_batches"):
-            continue  # the recorder or the run's learn step adds these to the learner's statistics
+                      "rlvitals_learner_staleness_batches", "rlvitals_learner_actor_weights_mismatch_ratio"):
+            continue  # the recorder or the run's learn step adds these (Run.weights_mismatch: the actors' record)
         for labels, key in label_sets(m):
             assert registry.get_sample_value(m.name, labels) == pytest.approx(stats[key]), (m.name, labels)
 
@@ -297,8 +297,8 @@ def test_learner_stats_provide_every_catalogue_source(test_env):
         runner.close()
     for m in sourced("learner", ("gauge",)):
         if m.name in ("rlvitals_learner_training_intensity", "rlvitals_learner_rollouts_alive",
-                      "rlvitals_learner_staleness_batches"):
-            continue  # the recorder or the run's learn step adds these to the learner's statistics
+                      "rlvitals_learner_staleness_batches", "rlvitals_learner_actor_weights_mismatch_ratio"):
+            continue  # the recorder or the run's learn step adds these (Run.weights_mismatch: the actors' record)
         for _, key in label_sets(m):
             assert key in stats, f"{m.name} reads stats[{key!r}], which PPOLearner.learn does not provide"
             assert math.isfinite(stats[key]), (key, stats[key])  # every statistic is defined on this env
