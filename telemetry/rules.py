@@ -274,9 +274,11 @@ RULES: tuple[Rule, ...] = (
     Rule("RLStalenessBeyondQueues", S("staleness_batches") > S("queue_capacity") + 1, 10, "fast", "critical",
          "weight-sync",
          "Samples are staler than the queues can explain in run {{ $labels.run_id }}",
-         "A batch is learned from at most as many updates after it was requested as there are batches "
-         "queued ahead of it; these are older still for 10 s: actors keep acting with old weights "
-         "(weights not published, not loaded, or an actor stuck on an old network).", after_updates=3),
+         "Finished rollouts are learned oldest first, so with actors of like speed a batch is learned at most "
+         "as many updates after it was requested as there are batches queued ahead of it (one slow actor's "
+         "batches lag more, but not every batch for 10 s); here every batch was older still for 10 s: actors "
+         "keep acting with old weights (weights not published, not loaded, or an actor stuck on an old "
+         "network).", after_updates=3),
     # Each batch was requested with the weights current at request time, so after more updates than
     # the queues hold, some batch must come from a newer network.
     Rule("RLActorWeightsFrozen",
