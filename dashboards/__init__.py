@@ -4,11 +4,12 @@
 `rlvitals.telemetry.catalogue` (run `python -m rlvitals.dashboards.generate`,
 or with `--check` to fail when a committed file is out of date): `panels`
 makes a panel from catalogue metrics, `content` lists the panels of each
-dashboard, `grafana` writes Grafana's JSON model. The JSON
+dashboard, `grafana` writes Grafana's JSON model, and `healthy` shades each
+panel where the health rules fire and where the catalogue says healthy. The JSON
 files are package data: `rlvitals dashboards push` and `rlvitals stack up`
 read them from here.
 
-May import: `rlvitals.telemetry` (the catalogue) and the standard library.
+May import: `rlvitals.telemetry` (the catalogue, the bands, the health rules) and the standard library.
 """
 
 from importlib import resources

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from rlvitals.telemetry.rules import metric_thresholds
-
+from .healthy import legend_text, threshold_steps
 from .panels import DATASOURCE, GRID_WIDTH, Dashboard, Panel
 
 SCHEMA_VERSION = 39
@@ -48,7 +47,7 @@ def _panel_json(panel: Panel, pid: int, pos: dict) -> dict:
     else:
         out["options"] = panel.options
     if panel.kind == "timeseries":
-        _threshold_lines(panel, defaults, out)
+        _healthy_at_a_glance(panel, defaults, out)
     out["fieldConfig"] = {"defaults": defaults, "overrides": panel.overrides}
     out["targets"] = [{**t, "refId": chr(ord("A") + i)} for i, t in enumerate(panel.targets)]
     if panel.transformations:
@@ -56,20 +55,15 @@ def _panel_json(panel: Panel, pid: int, pos: dict) -> dict:
     return out
 
 
-def _threshold_lines(panel: Panel, defaults: dict, out: dict) -> None:
-    """Draw the health rules' thresholds on the panel: red beyond them, the healthy side clear."""
-    found = sorted({(value, op, rule.name) for m in panel.metrics for op, value, rule in metric_thresholds(m)})
-    if not found:
+def _healthy_at_a_glance(panel: Panel, defaults: dict, out: dict) -> None:
+    """Shade the panel where health rules fire and where the catalogue says healthy, and say so in its description."""
+    log_scale = panel.custom.get("scaleDistribution", {}).get("type") == "log"
+    steps = threshold_steps(panel.metrics, log_scale)
+    if not steps:
         return
-    # Grafana colours the range from each step's value up to the next one.
-    first_unhealthy = found[0][1] in ("<", "<=")
-    steps = [{"color": "red" if first_unhealthy else "transparent", "value": None}]
-    for value, op, _ in found:
-        steps.append({"color": "transparent" if op in ("<", "<=") else "red", "value": value})
     defaults["thresholds"] = {"mode": "absolute", "steps": steps}
     defaults["custom"]["thresholdsStyle"] = {"mode": "line+area"}
-    rules = ", ".join(f"{name} ({op} {value:g})" for value, op, name in found)
-    out["description"] += f"\n\nRed: where a health rule fires if it lasts: {rules} (docs/health.md)."
+    out["description"] += "\n\n" + legend_text(panel.metrics)
 
 
 def build(spec: Dashboard) -> dict:

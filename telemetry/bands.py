@@ -35,3 +35,13 @@ def catalogue_bands(help_text: str) -> list[Band]:
                 groups = groups if isinstance(groups, tuple) else (groups,)
                 found.append(make(*(float(g) for g in groups)))
     return list(dict.fromkeys(found))
+
+
+def band_text(band: Band) -> str:
+    """'<= 0.3', '>= 0' or '[-10, 10]'."""
+    lo, hi = band
+    if lo is None:
+        return f"<= {hi:g}"
+    if hi is None:
+        return f">= {lo:g}"
+    return f"[{lo:g}, {hi:g}]"

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 
+from rlvitals.telemetry.bands import band_text
+
 from .rundata import Run
-from .signals import RUN_COUNTERS, Panel, band_text, bands_for, rule_severity, thresholds_for, verdict_metrics
+from .signals import RUN_COUNTERS, Panel, bands_for, rule_severity, thresholds_for, verdict_metrics
 
 RUN_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2",
                "#7f7f7f", "#bcbd22")

@@ -282,15 +282,6 @@ def outside(value: float, bands: list[Band]) -> bool:
     return (lo is not None and value < lo) or (hi is not None and value > hi)
 
 
-def band_text(band: Band) -> str:
-    lo, hi = band
-    if lo is None:
-        return f"<= {hi:g}"
-    if hi is None:
-        return f">= {lo:g}"
-    return f"[{lo:g}, {hi:g}]"
-
-
 # ------------------------------------------------------------------ verdicts
 _NAME = re.compile(r"rlvitals_[a-z0-9_]+")
 

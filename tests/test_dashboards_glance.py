@@ -1,0 +1,146 @@
+"""What the dashboards show at a glance, checked on the generated JSON models (no Grafana server can run here;
+tests/test_dashboards.py evaluates every query against a real Prometheus scraping real runs):
+
+  1. threshold steps are the health rules' values and the catalogue's stated bands, coloured by what holds there
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from test_dashboards import DASHBOARDS, data_panels
+
+from rlvitals.dashboards import generate, healthy
+from rlvitals.dashboards.promql import metric_names
+from rlvitals.telemetry.bands import catalogue_bands
+from rlvitals.telemetry.catalogue import BY_NAME
+from rlvitals.telemetry.rules import BY_RULE, ROW_KEYS, RULES, Rule, S, thresholds
+
+SEVERITY_ORDER = ("info", "warning", "critical")
+COLOURS = {"info": "yellow", "warning": "orange", "critical": "red"}
+
+
+def panel_metrics(panel: dict) -> set[str]:
+    return set().union(*(metric_names(t["expr"]) for t in panel["targets"]))
+
+
+def timeseries_showing(metric: str, dashboards: dict = DASHBOARDS) -> list[dict]:
+    return [p for d in dashboards.values() for p in data_panels(d)
+            if p["type"] == "timeseries" and metric in panel_metrics(p)]
+
+
+def steps_of(panel: dict) -> list[dict]:
+    return panel["fieldConfig"]["defaults"].get("thresholds", {}).get("steps", [])
+
+
+def log_axis(panel: dict) -> bool:
+    return panel["fieldConfig"]["defaults"]["custom"].get("scaleDistribution", {}).get("type") == "log"
+
+
+def colour_at(steps: list[dict], y: float) -> str:
+    """The colour Grafana gives value y: that of the highest step at or below it (the base step below them all)."""
+    colour = steps[0]["color"]
+    for step in steps[1:]:
+        if y >= step["value"]:
+            colour = step["color"]
+    return colour
+
+
+def beyond(value: float, op: str) -> float:
+    """A value just on the firing side of `signal OP value`."""
+    eps = max(abs(value) * 1e-3, 1e-12)
+    return value - eps if op in ("<", "<=") else value + eps
+
+
+def rendered() -> dict:
+    return {name.removesuffix(".json"): json.loads(text) for name, text in generate.render_all().items()}
+
+
+# ======================================================================
+# 1. Health rules' thresholds and the catalogue's healthy bands
+# ======================================================================
+def test_every_rule_threshold_is_a_step_on_each_panel_of_its_metric_coloured_by_its_severity():
+    checked = set()
+    for rule in RULES:
+        for key, op, value in thresholds(rule):
+            metric, labels = ROW_KEYS[key]
+            if ("stat", "std") in labels:
+                continue  # a band panel's std is on its own axis
+            panels = timeseries_showing(metric.name)
+            assert panels, f"{rule.name}: {metric.name} is on no time-series panel"
+            for panel in panels:
+                if log_axis(panel) and value <= 0:
+                    continue
+                steps = steps_of(panel)
+                where = f"{rule.name} on {panel['title']!r}"
+                assert value in [s["value"] for s in steps[1:]], f"{where}: no step at {value}: {steps}"
+                colour = colour_at(steps, beyond(value, op))
+                assert colour in [COLOURS[s] for s in SEVERITY_ORDER[SEVERITY_ORDER.index(rule.severity):]], \
+                    f"{where}: {colour} beyond {op} {value}"
+                assert panel["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"] == {"mode": "line+area"}
+                assert rule.name in panel["description"], where
+                checked.add(rule.name)
+    assert len(checked) >= 15, sorted(checked)
+
+
+def test_stated_healthy_bands_are_green_where_no_rule_fires():
+    bands_drawn = 0
+    for d in DASHBOARDS.values():
+        for panel in data_panels(d):
+            if panel["type"] != "timeseries":
+                continue
+            names = tuple(sorted(panel_metrics(panel)))
+            bands = [b for n in names if "stat" not in BY_NAME[n].labels for b in catalogue_bands(BY_NAME[n].help)]
+            rules = healthy.rule_thresholds(names)
+            for lo, hi in bands:
+                inside = [y for y in (lo, hi) if y is not None and not (log_axis(panel) and y <= 0)]
+                for y in inside:
+                    probe = y + 1e-6 if y == lo else y - 1e-6
+                    if not any(t.fires(probe) for t in rules):
+                        assert colour_at(steps_of(panel), probe) == "green", (panel["title"], (lo, hi), probe)
+                        bands_drawn += 1
+    assert bands_drawn >= 3
+
+
+def test_no_threshold_number_is_typed_twice():
+    """Every step sits on a rule's threshold or an edge the metric's help text states: nothing else."""
+    shaded = 0
+    for d in DASHBOARDS.values():
+        for panel in data_panels(d):
+            if panel["type"] != "timeseries" or not steps_of(panel):
+                continue
+            names = panel_metrics(panel)
+            allowed = {value for rule in RULES for key, _, value in thresholds(rule) if ROW_KEYS[key][0].name in names}
+            allowed |= {e for n in names for band in catalogue_bands(BY_NAME[n].help) for e in band if e is not None}
+            values = {s["value"] for s in steps_of(panel)[1:]}
+            assert values and values <= allowed, (panel["title"], values - allowed)
+            assert steps_of(panel)[0]["value"] is None
+            shaded += 1
+    assert shaded >= 12
+
+
+def test_a_changed_rule_or_help_text_moves_the_lines(monkeypatch):
+    """The dashboards read the rules and the catalogue when generated: change either and the steps follow."""
+    planted = Rule("RLPlantedForTheTest", S("clip_fraction") > 0.42, 0, "fast", "critical", "optimizer", "s", "c")
+    monkeypatch.setattr(healthy, "RULES", RULES + (planted,))
+    dead = "rlvitals_learner_layer_dead_ratio"
+    monkeypatch.setitem(BY_NAME, dead, dataclasses.replace(BY_NAME[dead], help="Dead units. Healthy: below 0.25."))
+    models = rendered()
+    (clip,) = timeseries_showing("rlvitals_learner_clip_fraction_ratio", models)
+    assert colour_at(steps_of(clip), 0.43) == "red" and "RLPlantedForTheTest" in clip["description"]
+    assert colour_at(steps_of(clip), 0.35) == COLOURS[BY_RULE["RLClipFractionHigh"].severity]
+    (layers,) = timeseries_showing(dead, models)
+    assert [s["value"] for s in steps_of(layers)[1:]] == [0.25]
+    assert colour_at(steps_of(layers), 0.2) == "green" and colour_at(steps_of(layers), 0.3) == "transparent"
+
+
+@pytest.mark.parametrize("op, value, inside, outside", [(">", 2.0, 2.5, 1.5), ("<=", 0.0, -1.0, 0.5)])
+def test_region_colours_follow_the_comparison(op, value, inside, outside):
+    t = healthy.Threshold(value, op, "RLX", "warning")
+    assert healthy.colour_at(inside, [t], []) == "orange"
+    assert healthy.colour_at(outside, [t], []) == "transparent"
+    assert healthy.colour_at(outside, [t], [(None, None)]) == "green"
+    critical = healthy.Threshold(value, op, "RLY", "critical")
+    assert healthy.colour_at(inside, [t, critical], []) == "red"
