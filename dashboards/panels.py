@@ -24,9 +24,10 @@ from rlvitals.telemetry.catalogue import BY_NAME, LEVELS, Metric
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 SELECTOR = 'run_id=~"$run", node=~"$node"'
 RATE_WINDOW = "$__rate_interval"
-# Unit of a counter's per-second rate, by the counter's catalogue unit: counts become
-# counts/s, seconds per second is the fraction of wall time, bytes become bytes/s.
-RATE_UNITS = {"short": "cps", "none": "cps", "s": "percentunit", "bytes": "Bps"}
+# Unit of a counter's per-second rate, by the counter's catalogue unit: seconds per second is the
+# fraction of wall time, bytes become bytes/s; counts become "<what they count>/s" (COUNT_UNITS).
+RATE_UNITS = {"s": "percentunit", "bytes": "Bps"}
+COUNT_UNITS = ("short", "none")
 UNIT_SUFFIXES = ("_total", "_ratio", "_bytes", "_seconds", "_nats", "_celsius", "_watts", "_steps")
 WORDS = {"cpu": "CPU", "gpu": "GPU", "kl": "KL", "rms": "RMS"}
 ROLE_WORDS = ("learner", "actor")
@@ -124,16 +125,36 @@ class Panel:
         return text
 
 
-def _one_unit(ms: list[Metric], table: dict | None = None) -> str:
-    units = {(table or {}).get(m.unit, m.unit) for m in ms}
+def _one_unit(ms: list[Metric]) -> str:
+    units = {m.unit for m in ms}
     if len(units) != 1:
         raise CatalogueError(f"one panel, several units: {[m.name for m in ms]} -> {sorted(units)}")
     return units.pop()
 
 
+def per_second(counts: str) -> str:
+    """Grafana's unit for a rate of things: 'steps' reads 12.3K steps/s (count: scales by thousands)."""
+    return f"count:{counts}/s"
+
+
+def rate_unit(ms: list[Metric], counts: str) -> str:
+    unit = _one_unit(ms)
+    if unit not in COUNT_UNITS:
+        return RATE_UNITS[unit]
+    if not counts:
+        raise CatalogueError(f"rate of {[m.name for m in ms]}: say what they count (counts='steps') so the axis "
+                             "reads steps/s, not c/s")
+    return per_second(counts)
+
+
 def rates(*names: str, by: tuple[str, ...] = (), per: tuple[str, ...] = ("run_id",), agg: str = "sum",
-          title: str | None = None, stack: bool = False, legends: tuple[str, ...] = (), **kw) -> Panel:
-    """Per-second rate of counters, aggregated per run (or per process) and `by` labels."""
+          title: str | None = None, stack: bool = False, legends: tuple[str, ...] = (), counts: str = "",
+          unit: str | None = None, **kw) -> Panel:
+    """Per-second rate of counters, aggregated per run (or per process) and `by` labels.
+
+    `counts` names what counters of counts count (the unit reads `<counts>/s`); `unit` replaces the
+    derived unit where the sum is no fraction of wall time (CPU seconds of a process: cores busy).
+    """
     ms = [metric(n) for n in names]
     for m in ms:
         if m.kind != "counter":
@@ -144,7 +165,7 @@ def rates(*names: str, by: tuple[str, ...] = (), per: tuple[str, ...] = ("run_id
     shown = f"per-second rate over $__rate_interval, {'summed' if agg == 'sum' else agg + ' over processes'} " \
             f"per {' and '.join(per + by)}"
     custom = {"stacking": {"group": "A", "mode": "normal"}, "fillOpacity": 20} if stack else {}
-    return Panel(title or title_of(ms[0]), tuple(names), targets, _one_unit(ms, RATE_UNITS), shown,
+    return Panel(title or title_of(ms[0]), tuple(names), targets, unit or rate_unit(ms, counts), shown,
                  custom=custom, **kw)
 
 

@@ -90,7 +90,8 @@ LEVEL_TEXT = {
 
 UNIT_TEXT = {
     "s": "seconds", "bytes": "bytes", "percentunit": "ratio (0 to 1)", "short": "count",
-    "none": "dimensionless", "celsius": "degrees Celsius", "watt": "watts",
+    "none": "dimensionless (shown as the plain number)",
+    "celsius": "degrees Celsius", "watt": "watts", "suffix:nats": "nats (natural-log units of information)",
 }
 
 COMPONENT_TEXT = {

@@ -2,6 +2,7 @@
 tests/test_dashboards.py evaluates every query against a real Prometheus scraping real runs):
 
   1. threshold steps are the health rules' values and the catalogue's stated bands, coloured by what holds there
+  2. units: things per second, nats, ratios beyond 1 as plain numbers
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 import pytest
 from test_dashboards import DASHBOARDS, data_panels
 
-from rlvitals.dashboards import generate, healthy
+from rlvitals.dashboards import generate, healthy, panels
 from rlvitals.dashboards.promql import metric_names
 from rlvitals.telemetry.bands import catalogue_bands
 from rlvitals.telemetry.catalogue import BY_NAME
@@ -144,3 +145,52 @@ def test_region_colours_follow_the_comparison(op, value, inside, outside):
     assert healthy.colour_at(outside, [t], [(None, None)]) == "green"
     critical = healthy.Threshold(value, op, "RLY", "critical")
     assert healthy.colour_at(inside, [t, critical], []) == "red"
+
+
+# ======================================================================
+# 2. Units that read right
+# ======================================================================
+RATIOS_BEYOND_ONE = ("rlvitals_learner_residual_variance_ratio", "rlvitals_learner_value_target_scale_ratio",
+                     "rlvitals_learner_gradient_mismatch_ratio", "rlvitals_learner_actor_weights_mismatch_ratio",
+                     "rlvitals_learner_training_intensity")
+"""Ratios a broken (or, for training intensity, a healthy) run drives above 1: percentunit would read 300%."""
+PLAIN_NUMBERS = ("none", "short")
+
+
+def test_ratios_that_can_exceed_one_are_plain_numbers():
+    for name in RATIOS_BEYOND_ONE:
+        for panel in timeseries_showing(name):
+            assert panel["fieldConfig"]["defaults"]["unit"] in PLAIN_NUMBERS, (name, panel["title"])
+    for d in DASHBOARDS.values():
+        for panel in data_panels(d):
+            if panel["fieldConfig"]["defaults"]["unit"] != "percentunit":
+                continue
+            for name in panel_metrics(panel):  # a fraction of 0 to 1: a catalogue fraction or a share of wall time
+                m = BY_NAME[name]
+                assert m.unit == "percentunit" or (m.unit == "s" and m.kind == "counter"), (panel["title"], name)
+                assert name != "rlvitals_process_cpu_seconds_total", "a process's CPU can exceed one core"
+
+
+def test_throughput_reads_things_per_second_and_kl_reads_nats():
+    units = {}
+    for d in DASHBOARDS.values():
+        for panel in data_panels(d):
+            unit = panel["fieldConfig"]["defaults"]["unit"]
+            units[panel["title"]] = unit
+            assert unit != "cps", f"{panel['title']}: c/s says nothing; name what is counted"
+            counts = [n for n in panel_metrics(panel) if BY_NAME[n].kind == "counter"
+                      and BY_NAME[n].unit in panels.COUNT_UNITS]
+            if counts and "rate(" in panel["targets"][0]["expr"]:
+                assert unit.startswith("count:") and unit.endswith("/s"), (panel["title"], unit)
+    assert units["Env steps/s"] == units["Env steps/s per process"] == "count:steps/s"
+    assert units["Learner samples/s"] == "count:samples/s"
+    assert units["KL(behaviour || learner)"] == "suffix:nats"
+    assert units["Actor-learner log-prob discrepancy"] == "suffix:nats"
+    assert units["Process CPU (cores busy)"] == "count:cores"
+
+
+def test_a_rate_of_counts_must_say_what_it_counts():
+    with pytest.raises(panels.CatalogueError, match="counts="):
+        panels.rates("rlvitals_actor_env_steps_total")
+    assert panels.rates("rlvitals_actor_env_steps_total", counts="steps").unit == "count:steps/s"
+    assert panels.rates("rlvitals_weight_publish_bytes_total").unit == "Bps"
