@@ -38,6 +38,8 @@ def _annotations() -> dict:
 def _panel_json(panel: Panel, pid: int, pos: dict) -> dict:
     out = {"id": pid, "type": panel.kind, "title": panel.title, "description": panel.description(),
            "datasource": DATASOURCE, "gridPos": pos}
+    if panel.per_run:  # copies stacked below each other keep the row's layout when one run is selected
+        out.update(title=f"{panel.title}: ${{run:text}}", repeat="run", repeatDirection="v")
     defaults = {"unit": panel.unit, **panel.defaults}
     if panel.kind == "timeseries":
         defaults["custom"] = {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 0, "showPoints": "never",

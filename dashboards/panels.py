@@ -105,6 +105,8 @@ class Panel:
     overrides: list = field(default_factory=list)
     options: dict = field(default_factory=dict)
     transformations: list = field(default_factory=list)
+    per_run: bool = False
+    """One panel per selected run (Grafana repeats it over $run), for views that cannot overlay runs."""
 
     def description(self) -> str:
         ms = [metric(n) for n in self.metrics]
@@ -185,25 +187,37 @@ def gauges(*names: str, by: tuple[str, ...] = (), per: tuple[str, ...] = ("run_i
 
 
 STAT_AGG = {"min": "min", "mean": "avg", "max": "max", "std": "avg"}
+BAND_COLOUR, STD_COLOUR = "blue", "purple"
+
+
+def _override(series_name: str, **properties) -> dict:
+    """Field overrides for the series whose display name (legend) is `series_name`; `a__b` is property `a.b`."""
+    return {"matcher": {"id": "byName", "options": series_name},
+            "properties": [{"id": k.replace("__", "."), "value": v} for k, v in properties.items()]}
 
 
 def band(name: str, title: str | None = None, **kw) -> Panel:
-    """A stat-labelled gauge (min, max, mean, std) as a band: dashed min and max around a solid mean."""
+    """A stat-labelled gauge of one run: min to max shaded, the mean a line, std on its own right-hand axis.
+
+    Grafana fills between two series named in the panel (`fillBelowTo`), so each panel shows one run:
+    it is repeated for every selected run, and its series are simply `min`, `mean`, `max`, `std`.
+    """
     m = metric(name)
     if m.labels != ("stat",):
         raise CatalogueError(f"{name} has no stat label")
-    targets = [target(f"{STAT_AGG[s]} by (run_id) ({series(name, stat=s)})", legend(("run_id",), s))
-               for s in ("min", "mean", "max", "std") if s in m.label_values["stat"]]
-    dashed = {"custom.lineStyle": {"fill": "dash", "dash": [10, 10]}, "custom.fillOpacity": 0}
+    stats = [s for s in ("min", "mean", "max", "std") if s in m.label_values["stat"]]
+    targets = [target(f"{STAT_AGG[s]} by (run_id) ({series(name, stat=s)})", s) for s in stats]
+    colour = {"mode": "fixed", "fixedColor": BAND_COLOUR}
     overrides = [
-        {"matcher": {"id": "byRegexp", "options": "/ (min|max)$/"},
-         "properties": [{"id": k, "value": v} for k, v in dashed.items()]},
-        {"matcher": {"id": "byRegexp", "options": "/ mean$/"}, "properties": [{"id": "custom.lineWidth", "value": 2}]},
-        {"matcher": {"id": "byRegexp", "options": "/ std$/"},
-         "properties": [{"id": "custom.lineStyle", "value": {"fill": "dot", "dash": [0, 10]}}]},
+        _override("min", color=colour, custom__fillOpacity=0),
+        _override("max", color=colour, custom__fillBelowTo="min", custom__fillOpacity=20),
+        _override("mean", color=colour, custom__lineWidth=2),
+        _override("std", color={"mode": "fixed", "fixedColor": STD_COLOUR}, custom__axisPlacement="right",
+                  custom__axisLabel="std", custom__lineStyle={"fill": "dash", "dash": [10, 10]}),
     ]
-    shown = "min, mean and max as a band (dashed: min and max; solid: mean; dotted: std), per run"
-    return Panel(title or title_of(m), (name,), targets, m.unit, shown, overrides=overrides, **kw)
+    shown = ("min to max shaded, the mean as a line (left axis), std dashed on the right-hand axis; one panel per "
+             "selected run")
+    return Panel(title or title_of(m), (name,), targets, m.unit, shown, overrides=overrides, per_run=True, **kw)
 
 
 def heatmap(name: str, **kw) -> Panel:

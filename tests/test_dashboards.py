@@ -576,3 +576,17 @@ def test_runs_stopped_cleanly_and_the_stack_went_down(live):
     assert live["codes"] == {level: 0 for level in LIVE_LEVELS}
     assert not (live["stack"].state_dir / "state.json").exists()
     assert http_get(f"{live['stack'].prom_url}/-/ready", timeout=2)[0] == 0
+
+
+@pytest.mark.slow
+def test_a_band_panel_gets_one_series_per_query_for_one_run(live):
+    """Band panels fill from `max` down to `min` by series name: with one run each name must be one series."""
+    bands = [(name, p) for name, d in DASHBOARDS.items() for p in data_panels(d) if p.get("repeat") == "run"]
+    assert len(bands) >= 6
+    for dashboard, panel in bands:
+        for t in panel["targets"]:
+            level, _ = level_of(t["expr"])
+            for run_level in LIVE_LEVELS:
+                if LEVELS.index(run_level) >= LEVELS.index(level):
+                    result = live["results"][(run_level, t["expr"])]
+                    assert len(result) == 1, f"{dashboard} / {panel['title']} {t['legendFormat']}: {result}"

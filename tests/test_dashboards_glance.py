@@ -3,6 +3,7 @@ tests/test_dashboards.py evaluates every query against a real Prometheus scrapin
 
   1. threshold steps are the health rules' values and the catalogue's stated bands, coloured by what holds there
   2. units: things per second, nats, ratios beyond 1 as plain numbers
+  3. stat-labelled gauges: min to max shaded around the mean, std on a right-hand axis, one panel per run
 """
 
 from __future__ import annotations
@@ -194,3 +195,52 @@ def test_a_rate_of_counts_must_say_what_it_counts():
         panels.rates("rlvitals_actor_env_steps_total")
     assert panels.rates("rlvitals_actor_env_steps_total", counts="steps").unit == "count:steps/s"
     assert panels.rates("rlvitals_weight_publish_bytes_total").unit == "Bps"
+
+
+# ======================================================================
+# 3. Stat-labelled gauges: a band per run, std on its own axis
+# ======================================================================
+def band_panels() -> list[dict]:
+    return [p for d in DASHBOARDS.values() for p in data_panels(d) if p["type"] == "timeseries"
+            and any(BY_NAME[n].labels == ("stat",) and set(BY_NAME[n].label_values["stat"]) >= {"min", "max", "std"}
+                    for n in panel_metrics(p))]
+
+
+def overrides_by_name(panel: dict) -> dict[str, dict]:
+    out = {}
+    for o in panel["fieldConfig"]["overrides"]:
+        assert o["matcher"]["id"] == "byName", o
+        out[o["matcher"]["options"]] = {p["id"]: p["value"] for p in o["properties"]}
+    return out
+
+
+def test_stat_gauges_shade_min_to_max_around_the_mean_with_std_on_the_right():
+    found = band_panels()
+    assert {n for p in found for n in panel_metrics(p)} >= {
+        "rlvitals_learner_value", "rlvitals_learner_value_target", "rlvitals_learner_advantage",
+        "rlvitals_learner_reward", "rlvitals_actor_episode_return", "rlvitals_actor_episode_length"}
+    for panel in found:
+        names = [t["legendFormat"] for t in panel["targets"]]
+        assert names == ["min", "mean", "max", "std"], (panel["title"], names)
+        for t in panel["targets"]:  # one series per run, so each name is one series in a one-run panel
+            assert t["expr"].startswith(("min by (run_id)", "max by (run_id)", "avg by (run_id)")), t["expr"]
+            assert f'stat="{t["legendFormat"]}"' in t["expr"]
+        by_name = overrides_by_name(panel)
+        assert by_name["max"]["custom.fillBelowTo"] == "min" and by_name["max"]["custom.fillOpacity"] > 0
+        assert by_name["min"]["custom.fillOpacity"] == 0
+        assert by_name["std"]["custom.axisPlacement"] == "right"
+        assert all(by_name[s].get("custom.axisPlacement", "auto") != "right" for s in ("min", "mean", "max"))
+        assert by_name["min"]["color"] == by_name["max"]["color"] == by_name["mean"]["color"] != by_name["std"]["color"]
+        assert by_name["mean"]["custom.lineWidth"] > panel["fieldConfig"]["defaults"]["custom"]["lineWidth"]
+        # Grafana fills between two named series of one panel: one panel per selected run.
+        assert panel["repeat"] == "run" and panel["repeatDirection"] == "v", panel["title"]
+        assert panel["title"].endswith("${run:text}")
+
+
+def test_band_panels_repeat_over_a_multi_value_run_variable():
+    for d in DASHBOARDS.values():
+        (run,) = [v for v in d["templating"]["list"] if v["name"] == "run"]
+        assert run["multi"] and run["includeAll"]
+        repeated = [p for p in data_panels(d) if p.get("repeat")]
+        assert all(p["repeat"] == "run" for p in repeated)
+        assert not [p for p in data_panels(d) if "${run:text}" in p["title"] and not p.get("repeat")]
