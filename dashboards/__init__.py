@@ -15,6 +15,13 @@ May import: `rlvitals.telemetry` (the catalogue, the bands, the health rules) an
 from importlib import resources
 from pathlib import Path
 
+REFERENCE_URL = "https://github.com/rlvitals/rlvitals/blob/main/docs/metrics.md"
+"""Where panel links find the metric reference: docs/metrics.md in the project's repository (each link adds
+`#<metric name>`, the anchor of that metric's section). Grafana serves no files of ours, and a file:// link
+from a web page is blocked by browsers, so this is a web address; a fork or a mirror sets its own with
+`python -m rlvitals.dashboards.generate --reference-url URL`, or per view with the hidden dashboard variable
+`reference` (`?var-reference=URL`)."""
+
 DASHBOARD_DIR = Path(str(resources.files(__name__)))
 """This package's folder, found through the import system: the checkout's dashboards/ or the installed copy."""
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from . import REFERENCE_URL
 from .healthy import legend_text, threshold_steps
 from .panels import DATASOURCE, GRID_WIDTH, Dashboard, Panel
 
 SCHEMA_VERSION = 39
 TAG = "rlvitals"
+REFERENCE_VARIABLE = "reference"
+"""Hidden dashboard variable holding the metric reference's address (REFERENCE_URL unless set otherwise)."""
 
 
-def _templating() -> dict:
+def _templating(reference_url: str) -> dict:
     def query_variable(name: str, label: str, query: str) -> dict:
         return {"name": name, "label": label, "type": "query", "datasource": DATASOURCE, "definition": query,
                 "query": {"query": query, "refId": f"{name}-variable"}, "refresh": 2, "sort": 1, "multi": True,
@@ -22,6 +25,10 @@ def _templating() -> dict:
          "regex": "", "hide": 0, "includeAll": False, "multi": False, "current": {}, "options": []},
         query_variable("run", "Run", "label_values(rlvitals_run_info, run_id)"),
         query_variable("node", "Node", 'label_values(rlvitals_process_resident_memory_bytes{run_id=~"$run"}, node)'),
+        {"name": REFERENCE_VARIABLE, "label": "Metric reference", "type": "textbox", "hide": 2,
+         "description": "Address of docs/metrics.md; each panel's link adds #<metric name>", "query": reference_url,
+         "current": {"selected": False, "text": reference_url, "value": reference_url},
+         "options": [{"selected": True, "text": reference_url, "value": reference_url}]},
     ]}
 
 
@@ -54,6 +61,8 @@ def _panel_json(panel: Panel, pid: int, pos: dict) -> dict:
     out["targets"] = [{**t, "refId": chr(ord("A") + i)} for i, t in enumerate(panel.targets)]
     if panel.transformations:
         out["transformations"] = panel.transformations
+    out["links"] = [{"title": f"{name} in the metric reference", "url": f"${{{REFERENCE_VARIABLE}}}#{name}",
+                     "targetBlank": True} for name in panel.metrics]
     return out
 
 
@@ -68,8 +77,8 @@ def _healthy_at_a_glance(panel: Panel, defaults: dict, out: dict) -> None:
     out["description"] += "\n\n" + legend_text(panel.metrics)
 
 
-def build(spec: Dashboard) -> dict:
-    """The Grafana dashboard JSON model of one dashboard spec."""
+def build(spec: Dashboard, reference_url: str = REFERENCE_URL) -> dict:
+    """The Grafana dashboard JSON model of one dashboard spec; panel links point into `reference_url`."""
     panels, pid, y = [], 1, 0
     for row in spec.rows:
         panels.append({"id": pid, "type": "row", "title": row.title, "collapsed": False, "panels": [],
@@ -88,4 +97,4 @@ def build(spec: Dashboard) -> dict:
             "editable": True, "graphTooltip": 1, "schemaVersion": SCHEMA_VERSION, "version": 1,
             "time": {"from": "now-1h", "to": "now"}, "refresh": "10s", "timezone": "browser",
             "timepicker": {}, "fiscalYearStartMonth": 0, "liveNow": False, "weekStart": "",
-            "templating": _templating(), "annotations": _annotations(), "links": others, "panels": panels}
+            "templating": _templating(reference_url), "annotations": _annotations(), "links": others, "panels": panels}

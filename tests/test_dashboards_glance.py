@@ -4,20 +4,23 @@ tests/test_dashboards.py evaluates every query against a real Prometheus scrapin
   1. threshold steps are the health rules' values and the catalogue's stated bands, coloured by what holds there
   2. units: things per second, nats, ratios beyond 1 as plain numbers
   3. stat-labelled gauges: min to max shaded around the mean, std on a right-hand axis, one panel per run
+  4. each panel links to its metrics' sections of docs/metrics.md, at an address the generator takes
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import pytest
 from test_dashboards import DASHBOARDS, data_panels
 
-from rlvitals.dashboards import generate, healthy, panels
+from rlvitals.dashboards import REFERENCE_URL, generate, healthy, panels
 from rlvitals.dashboards.promql import metric_names
+from rlvitals.telemetry import reference
 from rlvitals.telemetry.bands import catalogue_bands
-from rlvitals.telemetry.catalogue import BY_NAME
+from rlvitals.telemetry.catalogue import BY_NAME, METRICS
 from rlvitals.telemetry.rules import BY_RULE, ROW_KEYS, RULES, Rule, S, thresholds
 
 SEVERITY_ORDER = ("info", "warning", "critical")
@@ -244,3 +247,42 @@ def test_band_panels_repeat_over_a_multi_value_run_variable():
         repeated = [p for p in data_panels(d) if p.get("repeat")]
         assert all(p["repeat"] == "run" for p in repeated)
         assert not [p for p in data_panels(d) if "${run:text}" in p["title"] and not p.get("repeat")]
+
+
+# ======================================================================
+# 4. Each panel links to its metrics' sections of the reference
+# ======================================================================
+def github_anchor(heading: str) -> str:
+    """The id GitHub (and most Markdown renderers) give a heading: lower case, punctuation but - and _ dropped."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_each_panel_links_to_the_reference_section_of_each_of_its_metrics():
+    anchors = {github_anchor(line[4:]) for line in reference.render().splitlines() if line.startswith("### ")}
+    linked = set()
+    for d in DASHBOARDS.values():
+        (var,) = [v for v in d["templating"]["list"] if v["name"] == "reference"]
+        assert var["type"] == "textbox" and var["hide"] == 2 and var["query"] == REFERENCE_URL
+        assert var["current"]["value"] == REFERENCE_URL
+        for panel in data_panels(d):
+            names = sorted(panel_metrics(panel))
+            links = panel.get("links", [])
+            assert sorted(link["url"].removeprefix("${reference}#") for link in links) == names, panel["title"]
+            for link in links:
+                assert link["url"].startswith("${reference}#") and link["targetBlank"] is True
+                anchor = link["url"].split("#", 1)[1]
+                assert anchor in anchors, f"{panel['title']}: no section #{anchor} in docs/metrics.md"
+                assert anchor in link["title"]
+                linked.add(anchor)
+    assert linked == {m.name for m in METRICS}
+
+
+def test_the_reference_address_is_a_generator_option(tmp_path, capsys):
+    mirror = "https://docs.example.org/rlvitals/metrics.html"
+    assert generate.main(["--dir", str(tmp_path), "--reference-url", mirror]) == 0
+    assert generate.main(["--check", "--dir", str(tmp_path), "--reference-url", mirror]) == 0
+    assert generate.main(["--check", "--dir", str(tmp_path)]) == 1, "files for another address must read as stale"
+    for path in tmp_path.glob("*.json"):
+        (var,) = [v for v in json.loads(path.read_text())["templating"]["list"] if v["name"] == "reference"]
+        assert var["query"] == var["current"]["value"] == mirror
+    assert REFERENCE_URL.startswith("https://") and REFERENCE_URL.endswith("/docs/metrics.md")
