@@ -12,18 +12,28 @@ REFERENCE_VARIABLE = "reference"
 """Hidden dashboard variable holding the metric reference's address (REFERENCE_URL unless set otherwise)."""
 
 
+# The run selector lists each run seen in the time range as "run_name (env)" and selects its run_id:
+# PromQL writes the text into a label, Grafana's regex takes `value` and `text` from the result line
+# (`{run_id="...", run_label="..."} 1 <time>`, labels in either order).
+RUN_LABEL = "run_label"
+RUN_QUERY = (f'query_result(max by (run_id, {RUN_LABEL}) (label_replace(label_join('
+             f'last_over_time(rlvitals_run_info[$__range]), "{RUN_LABEL}", " (", "run_name", "env"), '
+             f'"{RUN_LABEL}", "$1)", "{RUN_LABEL}", "(.+)")))')
+RUN_REGEX = f'/^(?=.*\\brun_id="(?<value>[^"]+)")(?=.*\\b{RUN_LABEL}="(?<text>[^"]+)")/'
+
+
 def _templating(reference_url: str) -> dict:
-    def query_variable(name: str, label: str, query: str) -> dict:
+    def query_variable(name: str, label: str, query: str, regex: str = "") -> dict:
         return {"name": name, "label": label, "type": "query", "datasource": DATASOURCE, "definition": query,
                 "query": {"query": query, "refId": f"{name}-variable"}, "refresh": 2, "sort": 1, "multi": True,
                 "includeAll": True, "allValue": ".*",
                 "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
-                "hide": 0, "regex": "", "options": []}
+                "hide": 0, "regex": regex, "options": []}
 
     return {"list": [
         {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus", "refresh": 1,
          "regex": "", "hide": 0, "includeAll": False, "multi": False, "current": {}, "options": []},
-        query_variable("run", "Run", "label_values(rlvitals_run_info, run_id)"),
+        query_variable("run", "Run", RUN_QUERY, RUN_REGEX),
         query_variable("node", "Node", 'label_values(rlvitals_process_resident_memory_bytes{run_id=~"$run"}, node)'),
         {"name": REFERENCE_VARIABLE, "label": "Metric reference", "type": "textbox", "hide": 2,
          "description": "Address of docs/metrics.md; each panel's link adds #<metric name>", "query": reference_url,

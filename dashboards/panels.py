@@ -269,7 +269,9 @@ def stat(title: str, expr: str, names: tuple[str, ...], unit: str, shown: str, r
 def info_table(name: str, **kw) -> Panel:
     """An info metric as a table: one row per process, its identity labels as columns."""
     m = metric(name)
-    hidden = {"Time": True, "Value": True, "__name__": True, "job": True, "exported_run_id": True}
+    # exported_*: the process's own identity labels where Prometheus keeps the target's (no honor_labels).
+    hidden = {"Time": True, "Value": True, "__name__": True, "job": True, "exported_run_id": True,
+              "exported_run_name": True}
     transformations = [{"id": "organize", "options": {"excludeByName": hidden, "indexByName": {}, "renameByName": {}}}]
     shown = "one row per process of the selected runs, from the process's identity labels"
     return Panel("Runs and processes", (name,), [target(series(name), "", format="table", instant=True, range=False)],

@@ -63,9 +63,10 @@ def _stats(name, component, level, unit, help, source):
 METRICS: tuple[Metric, ...] = (
     # ------------------------------------------------------------------ run
     Metric("rlvitals_run_info", "info", "run", "minimal", "none",
-           "Identity of the run this process belongs to: run id, env, algorithm, mode, code version. "
-           "One series per process; use it to join metrics across components of the same run.",
-           labels=("run_id", "env", "algorithm", "mode", "code_version")),
+           "Identity of the run this process belongs to: run id, run name (the run directory's base name), env, "
+           "algorithm, mode, code version. One series per process; use it to join metrics across components of "
+           "the same run.",
+           labels=("run_id", "run_name", "env", "algorithm", "mode", "code_version")),
 
     # -------------------------------------------------------------- learner
     Metric("rlvitals_learner_steps_total", "counter", "learner", "minimal", "short",

@@ -32,7 +32,7 @@ DEFAULT_OUTPUT = Path(str(resources.files("rlvitals.docs"))) / "metrics.md"
 """docs/metrics.md, found through the import system (the data package `rlvitals.docs`), checkout or wheel alike."""
 
 # Labels without a closed set of values in the catalogue, and why they stay bounded.
-IDENTITY_LABELS = ("run_id", "env", "algorithm", "mode", "code_version")
+IDENTITY_LABELS = ("run_id", "run_name", "env", "algorithm", "mode", "code_version")
 """One value per process for its lifetime: they name the run, they never multiply series."""
 HARDWARE_LABELS = {"device": "CUDA device", "gpu": "GPU"}
 """One value per device index: bounded by the hardware."""

@@ -5,6 +5,7 @@ tests/test_dashboards.py evaluates every query against a real Prometheus scrapin
   2. units: things per second, nats, ratios beyond 1 as plain numbers
   3. stat-labelled gauges: min to max shaded around the mean, std on a right-hand axis, one panel per run
   4. each panel links to its metrics' sections of docs/metrics.md, at an address the generator takes
+  5. the run selector shows `run_name (env)` and selects the run id; run_info and discovery files carry run_name
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import re
 
 import pytest
-from test_dashboards import DASHBOARDS, data_panels
+from test_dashboards import DASHBOARDS, data_panels, variable, variable_options, variable_source
 
 from rlvitals.dashboards import REFERENCE_URL, generate, healthy, panels
 from rlvitals.dashboards.promql import metric_names
@@ -286,3 +287,40 @@ def test_the_reference_address_is_a_generator_option(tmp_path, capsys):
         (var,) = [v for v in json.loads(path.read_text())["templating"]["list"] if v["name"] == "reference"]
         assert var["query"] == var["current"]["value"] == mirror
     assert REFERENCE_URL.startswith("https://") and REFERENCE_URL.endswith("/docs/metrics.md")
+
+
+# ======================================================================
+# 5. The run selector shows a run's name and env, and selects its id
+# ======================================================================
+def test_the_run_selector_takes_its_value_and_text_from_named_groups_in_either_label_order():
+    for d in DASHBOARDS.values():
+        var = variable(d, "run")
+        promql, label = variable_source(var)
+        assert label is None and "rlvitals_run_info" in promql and "$__range" in promql
+        assert var["multi"] and var["includeAll"] and var["allValue"] == ".*" and var["sort"] == 1
+        lines = ['{run_id="9f2c", run_label="cp0 (CartPole-v1)"} 1 1700000000000',
+                 '{run_label="ant (mod:Ant-v5)", run_id="77ab"} 1 1700000000000',
+                 '{exported_run_id="ffff", run_id="aa00", run_label="x (y)"} 1 1700000000000']
+        assert variable_options(var, lines) == [("77ab", "ant (mod:Ant-v5)"), ("9f2c", "cp0 (CartPole-v1)"),
+                                                ("aa00", "x (y)")]
+
+
+def test_run_info_and_every_discovery_file_name_the_run(tmp_path):
+    from rlvitals.archive import RunArchive
+    from rlvitals.config import TrainConfig
+    from rlvitals.run import run_info
+    from rlvitals.telemetry.process import TARGET_IDENTITY, run_target_labels, write_target
+
+    cfg = TrainConfig(env="CartPole-v1", run_dir=str(tmp_path / "cp0"), progress=False).validate()
+    archive = RunArchive.create(cfg.run_dir, cfg.to_dict(), ["rlvitals", "train"])
+    try:
+        info = run_info(cfg, archive)
+    finally:
+        archive.close()
+    assert set(info) == set(BY_NAME["rlvitals_run_info"].labels), "run_info and the catalogue's labels differ"
+    assert info["run_name"] == "cp0" and info["env"] == "CartPole-v1"
+    assert set(TARGET_IDENTITY) <= set(info)
+    target = write_target(str(tmp_path / "discovery"), "actor-0", "127.0.0.1:1", {"component": "actor",
+                                                                                  **run_target_labels(info)})
+    (entry,) = json.loads(target.read_text())
+    assert entry["labels"] == {"component": "actor", "run_id": info["run_id"], "run_name": "cp0"}
