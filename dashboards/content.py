@@ -18,6 +18,7 @@ from .panels import (
     heatmap,
     info_table,
     metric,
+    per_second,
     quantiles,
     rates,
     series,
@@ -47,10 +48,11 @@ def overview() -> Dashboard:
             stat("Mean return", f"avg by (run_id) ({series(ret, stat='mean')})", (ret,), metric(ret).unit,
                  "mean return of the last 100 episodes (mean over actors)", note=RETURN_NOTE),
             stat("Env steps/s", f"sum by (run_id) (rate({series('rlvitals_actor_env_steps_total')}[{RATE_WINDOW}]))",
-                 ("rlvitals_actor_env_steps_total",), "cps", "agent steps per second, all actors"),
+                 ("rlvitals_actor_env_steps_total",), per_second("steps"), "agent steps per second, all actors"),
             stat("Learner samples/s",
                  f"sum by (run_id) (rate({series('rlvitals_learner_samples_consumed_total')}[{RATE_WINDOW}]))",
-                 ("rlvitals_learner_samples_consumed_total",), "cps", "samples the learner consumed per second"),
+                 ("rlvitals_learner_samples_consumed_total",), per_second("samples"),
+                 "samples the learner consumed per second"),
             stat("Network age", f"max by (run_id) ({series('rlvitals_learner_network_age')})",
                  ("rlvitals_learner_network_age",), metric("rlvitals_learner_network_age").unit,
                  "learner optimizer steps so far",
@@ -73,7 +75,8 @@ def overview() -> Dashboard:
         ]),
         Row("Data flow", [
             rates("rlvitals_actor_env_steps_total", "rlvitals_learner_samples_consumed_total",
-                  title="Env steps/s and learner samples/s", width=12, legends=("env steps", "learner samples")),
+                  title="Env steps/s and learner samples/s", width=12, legends=("env steps", "learner samples"),
+                  counts="steps"),
             quantiles("rlvitals_learner_sample_staleness_steps", width=12),
             gauges("rlvitals_queue_depth", "rlvitals_queue_capacity", by=("queue",), title="Queue depth", width=12,
                    legends=("depth", "capacity")),
@@ -82,7 +85,8 @@ def overview() -> Dashboard:
                    legends=("staleness", "queue capacity"), width=12,
                    note="Healthy: staleness at or below the queue capacity; above it, weights do not reach the "
                         "actors."),
-            rates("rlvitals_samples_dropped_total", by=("reason",), title="Samples dropped/s", width=12),
+            rates("rlvitals_samples_dropped_total", by=("reason",), title="Samples dropped/s", width=12,
+                  counts="samples"),
         ]),
     ])
 
@@ -153,7 +157,7 @@ def learning() -> Dashboard:
                         "batches would learn as well."),
             gauges("rlvitals_learner_loss", by=("part",), title="Losses"),
             gauges("rlvitals_learner_training_intensity"),
-            rates("rlvitals_learner_samples_learned_total", title="Sample-gradient passes/s",
+            rates("rlvitals_learner_samples_learned_total", title="Sample-gradient passes/s", counts="samples",
                   note="Healthy: steady at about epochs x learner samples/s."),
         ]),
         Row("Layers", [
@@ -172,13 +176,13 @@ def systems() -> Dashboard:
                      "Per-component throughput and phase timings, queues and transport, memory of every process, "
                      "torch and NVML memory, GPU vitals, restarts and dropped samples.", [
         Row("Throughput", [
-            rates("rlvitals_actor_env_steps_total", per=PROCESS, title="Env steps/s per process"),
-            rates("rlvitals_actor_episodes_total", per=PROCESS, title="Episodes/s per process",
+            rates("rlvitals_actor_env_steps_total", per=PROCESS, title="Env steps/s per process", counts="steps"),
+            rates("rlvitals_actor_episodes_total", per=PROCESS, title="Episodes/s per process", counts="episodes",
                   note="Healthy: steady; a falling rate at steady env steps/s means episodes got longer."),
             rates("rlvitals_learner_samples_consumed_total", "rlvitals_learner_samples_learned_total",
-                  title="Learner samples/s", legends=("consumed", "learned")),
+                  title="Learner samples/s", legends=("consumed", "learned"), counts="samples"),
             rates("rlvitals_learner_steps_total", "rlvitals_learner_updates_total", title=LEARNER_TOTALS,
-                  legends=("optimizer steps", "updates"),
+                  legends=("optimizer steps", "updates"), unit=per_second(""),  # the legend says which is which
                   note="Healthy: both steady; steps/s = updates/s x epochs x minibatches."),
         ]),
         Row("Phase timings", [
@@ -190,20 +194,21 @@ def systems() -> Dashboard:
         Row("Queues and transport", [
             gauges("rlvitals_queue_depth", "rlvitals_queue_capacity", by=("queue",), title="Queue depth and capacity",
                    legends=("depth", "capacity")),
-            rates("rlvitals_samples_dropped_total", by=("reason",), title="Samples dropped/s"),
-            rates("rlvitals_actor_restarts_total", title="Actor restarts/s"),
+            rates("rlvitals_samples_dropped_total", by=("reason",), title="Samples dropped/s", counts="samples"),
+            rates("rlvitals_actor_restarts_total", title="Actor restarts/s", counts="restarts"),
             gauges("rlvitals_actor_network_age", "rlvitals_learner_network_age", per=PROCESS,
                    title="Network age: actors and learner", legends=("acting with", "learner network"),
                    note="Healthy: every actor's line follows the learner's network age a few steps behind."),
-            rates("rlvitals_weight_publishes_total", title="Weight publishes/s",
+            rates("rlvitals_weight_publishes_total", title="Weight publishes/s", counts="publishes",
                   note="Healthy: steady, about one per learner update."),
             rates("rlvitals_weight_publish_bytes_total", title="Weight bytes published/s",
                   note="Healthy: publishes/s x model size, a small fraction of the network's bandwidth."),
         ]),
         Row("Memory and CPU", [
             gauges("rlvitals_process_resident_memory_bytes", per=PROCESS, width=12),
-            rates("rlvitals_process_cpu_seconds_total", per=PROCESS, width=12, title="Process CPU (100% = one core)",
-                  note="Healthy: actors near one core each, the learner busy; a process at 0 is stuck."),
+            rates("rlvitals_process_cpu_seconds_total", per=PROCESS, width=12, title="Process CPU (cores busy)",
+                  unit="count:cores", note="Healthy: actors near one core each, the learner busy; a process at 0 is "
+                                            "stuck."),
             gauges("rlvitals_node_memory_used_bytes", "rlvitals_node_memory_total_bytes", per=("run_id", "instance"),
                    title="Machine memory", width=12, legends=("used", "total")),
             gauges("rlvitals_node_cpu_utilization_ratio", per=("run_id", "instance"), lo=0, hi=1, width=12,

@@ -2,27 +2,43 @@
 
 from __future__ import annotations
 
-from rlvitals.telemetry.rules import metric_thresholds
-
+from . import REFERENCE_URL
+from .healthy import legend_text, threshold_steps
 from .panels import DATASOURCE, GRID_WIDTH, Dashboard, Panel
 
 SCHEMA_VERSION = 39
 TAG = "rlvitals"
+REFERENCE_VARIABLE = "reference"
+"""Hidden dashboard variable holding the metric reference's address (REFERENCE_URL unless set otherwise)."""
 
 
-def _templating() -> dict:
-    def query_variable(name: str, label: str, query: str) -> dict:
+# The run selector lists each run seen in the time range as "run_name (env)" and selects its run_id:
+# PromQL writes the text into a label, Grafana's regex takes `value` and `text` from the result line
+# (`{run_id="...", run_label="..."} 1 <time>`, labels in either order).
+RUN_LABEL = "run_label"
+RUN_QUERY = (f'query_result(max by (run_id, {RUN_LABEL}) (label_replace(label_join('
+             f'last_over_time(rlvitals_run_info[$__range]), "{RUN_LABEL}", " (", "run_name", "env"), '
+             f'"{RUN_LABEL}", "$1)", "{RUN_LABEL}", "(.+)")))')
+RUN_REGEX = f'/^(?=.*\\brun_id="(?<value>[^"]+)")(?=.*\\b{RUN_LABEL}="(?<text>[^"]+)")/'
+
+
+def _templating(reference_url: str) -> dict:
+    def query_variable(name: str, label: str, query: str, regex: str = "") -> dict:
         return {"name": name, "label": label, "type": "query", "datasource": DATASOURCE, "definition": query,
                 "query": {"query": query, "refId": f"{name}-variable"}, "refresh": 2, "sort": 1, "multi": True,
                 "includeAll": True, "allValue": ".*",
                 "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
-                "hide": 0, "regex": "", "options": []}
+                "hide": 0, "regex": regex, "options": []}
 
     return {"list": [
         {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus", "refresh": 1,
          "regex": "", "hide": 0, "includeAll": False, "multi": False, "current": {}, "options": []},
-        query_variable("run", "Run", "label_values(rlvitals_run_info, run_id)"),
+        query_variable("run", "Run", RUN_QUERY, RUN_REGEX),
         query_variable("node", "Node", 'label_values(rlvitals_process_resident_memory_bytes{run_id=~"$run"}, node)'),
+        {"name": REFERENCE_VARIABLE, "label": "Metric reference", "type": "textbox", "hide": 2,
+         "description": "Address of docs/metrics.md; each panel's link adds #<metric name>", "query": reference_url,
+         "current": {"selected": False, "text": reference_url, "value": reference_url},
+         "options": [{"selected": True, "text": reference_url, "value": reference_url}]},
     ]}
 
 
@@ -39,6 +55,8 @@ def _annotations() -> dict:
 def _panel_json(panel: Panel, pid: int, pos: dict) -> dict:
     out = {"id": pid, "type": panel.kind, "title": panel.title, "description": panel.description(),
            "datasource": DATASOURCE, "gridPos": pos}
+    if panel.per_run:  # copies stacked below each other keep the row's layout when one run is selected
+        out.update(title=f"{panel.title}: ${{run:text}}", repeat="run", repeatDirection="v")
     defaults = {"unit": panel.unit, **panel.defaults}
     if panel.kind == "timeseries":
         defaults["custom"] = {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 0, "showPoints": "never",
@@ -48,32 +66,29 @@ def _panel_json(panel: Panel, pid: int, pos: dict) -> dict:
     else:
         out["options"] = panel.options
     if panel.kind == "timeseries":
-        _threshold_lines(panel, defaults, out)
+        _healthy_at_a_glance(panel, defaults, out)
     out["fieldConfig"] = {"defaults": defaults, "overrides": panel.overrides}
     out["targets"] = [{**t, "refId": chr(ord("A") + i)} for i, t in enumerate(panel.targets)]
     if panel.transformations:
         out["transformations"] = panel.transformations
+    out["links"] = [{"title": f"{name} in the metric reference", "url": f"${{{REFERENCE_VARIABLE}}}#{name}",
+                     "targetBlank": True} for name in panel.metrics]
     return out
 
 
-def _threshold_lines(panel: Panel, defaults: dict, out: dict) -> None:
-    """Draw the health rules' thresholds on the panel: red beyond them, the healthy side clear."""
-    found = sorted({(value, op, rule.name) for m in panel.metrics for op, value, rule in metric_thresholds(m)})
-    if not found:
+def _healthy_at_a_glance(panel: Panel, defaults: dict, out: dict) -> None:
+    """Shade the panel where health rules fire and where the catalogue says healthy, and say so in its description."""
+    log_scale = panel.custom.get("scaleDistribution", {}).get("type") == "log"
+    steps = threshold_steps(panel.metrics, log_scale)
+    if not steps:
         return
-    # Grafana colours the range from each step's value up to the next one.
-    first_unhealthy = found[0][1] in ("<", "<=")
-    steps = [{"color": "red" if first_unhealthy else "transparent", "value": None}]
-    for value, op, _ in found:
-        steps.append({"color": "transparent" if op in ("<", "<=") else "red", "value": value})
     defaults["thresholds"] = {"mode": "absolute", "steps": steps}
     defaults["custom"]["thresholdsStyle"] = {"mode": "line+area"}
-    rules = ", ".join(f"{name} ({op} {value:g})" for value, op, name in found)
-    out["description"] += f"\n\nRed: where a health rule fires if it lasts: {rules} (docs/health.md)."
+    out["description"] += "\n\n" + legend_text(panel.metrics)
 
 
-def build(spec: Dashboard) -> dict:
-    """The Grafana dashboard JSON model of one dashboard spec."""
+def build(spec: Dashboard, reference_url: str = REFERENCE_URL) -> dict:
+    """The Grafana dashboard JSON model of one dashboard spec; panel links point into `reference_url`."""
     panels, pid, y = [], 1, 0
     for row in spec.rows:
         panels.append({"id": pid, "type": "row", "title": row.title, "collapsed": False, "panels": [],
@@ -92,4 +107,4 @@ def build(spec: Dashboard) -> dict:
             "editable": True, "graphTooltip": 1, "schemaVersion": SCHEMA_VERSION, "version": 1,
             "time": {"from": "now-1h", "to": "now"}, "refresh": "10s", "timezone": "browser",
             "timepicker": {}, "fiscalYearStartMonth": 0, "liveNow": False, "weekStart": "",
-            "templating": _templating(), "annotations": _annotations(), "links": others, "panels": panels}
+            "templating": _templating(reference_url), "annotations": _annotations(), "links": others, "panels": panels}

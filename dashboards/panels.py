@@ -24,9 +24,10 @@ from rlvitals.telemetry.catalogue import BY_NAME, LEVELS, Metric
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 SELECTOR = 'run_id=~"$run", node=~"$node"'
 RATE_WINDOW = "$__rate_interval"
-# Unit of a counter's per-second rate, by the counter's catalogue unit: counts become
-# counts/s, seconds per second is the fraction of wall time, bytes become bytes/s.
-RATE_UNITS = {"short": "cps", "none": "cps", "s": "percentunit", "bytes": "Bps"}
+# Unit of a counter's per-second rate, by the counter's catalogue unit: seconds per second is the
+# fraction of wall time, bytes become bytes/s; counts become "<what they count>/s" (COUNT_UNITS).
+RATE_UNITS = {"s": "percentunit", "bytes": "Bps"}
+COUNT_UNITS = ("short", "none")
 UNIT_SUFFIXES = ("_total", "_ratio", "_bytes", "_seconds", "_nats", "_celsius", "_watts", "_steps")
 WORDS = {"cpu": "CPU", "gpu": "GPU", "kl": "KL", "rms": "RMS"}
 ROLE_WORDS = ("learner", "actor")
@@ -104,6 +105,8 @@ class Panel:
     overrides: list = field(default_factory=list)
     options: dict = field(default_factory=dict)
     transformations: list = field(default_factory=list)
+    per_run: bool = False
+    """One panel per selected run (Grafana repeats it over $run), for views that cannot overlay runs."""
 
     def description(self) -> str:
         ms = [metric(n) for n in self.metrics]
@@ -124,16 +127,36 @@ class Panel:
         return text
 
 
-def _one_unit(ms: list[Metric], table: dict | None = None) -> str:
-    units = {(table or {}).get(m.unit, m.unit) for m in ms}
+def _one_unit(ms: list[Metric]) -> str:
+    units = {m.unit for m in ms}
     if len(units) != 1:
         raise CatalogueError(f"one panel, several units: {[m.name for m in ms]} -> {sorted(units)}")
     return units.pop()
 
 
+def per_second(counts: str) -> str:
+    """Grafana's unit for a rate of things: 'steps' reads 12.3K steps/s (count: scales by thousands)."""
+    return f"count:{counts}/s"
+
+
+def rate_unit(ms: list[Metric], counts: str) -> str:
+    unit = _one_unit(ms)
+    if unit not in COUNT_UNITS:
+        return RATE_UNITS[unit]
+    if not counts:
+        raise CatalogueError(f"rate of {[m.name for m in ms]}: say what they count (counts='steps') so the axis "
+                             "reads steps/s, not c/s")
+    return per_second(counts)
+
+
 def rates(*names: str, by: tuple[str, ...] = (), per: tuple[str, ...] = ("run_id",), agg: str = "sum",
-          title: str | None = None, stack: bool = False, legends: tuple[str, ...] = (), **kw) -> Panel:
-    """Per-second rate of counters, aggregated per run (or per process) and `by` labels."""
+          title: str | None = None, stack: bool = False, legends: tuple[str, ...] = (), counts: str = "",
+          unit: str | None = None, **kw) -> Panel:
+    """Per-second rate of counters, aggregated per run (or per process) and `by` labels.
+
+    `counts` names what counters of counts count (the unit reads `<counts>/s`); `unit` replaces the
+    derived unit where the sum is no fraction of wall time (CPU seconds of a process: cores busy).
+    """
     ms = [metric(n) for n in names]
     for m in ms:
         if m.kind != "counter":
@@ -144,7 +167,7 @@ def rates(*names: str, by: tuple[str, ...] = (), per: tuple[str, ...] = ("run_id
     shown = f"per-second rate over $__rate_interval, {'summed' if agg == 'sum' else agg + ' over processes'} " \
             f"per {' and '.join(per + by)}"
     custom = {"stacking": {"group": "A", "mode": "normal"}, "fillOpacity": 20} if stack else {}
-    return Panel(title or title_of(ms[0]), tuple(names), targets, _one_unit(ms, RATE_UNITS), shown,
+    return Panel(title or title_of(ms[0]), tuple(names), targets, unit or rate_unit(ms, counts), shown,
                  custom=custom, **kw)
 
 
@@ -164,25 +187,37 @@ def gauges(*names: str, by: tuple[str, ...] = (), per: tuple[str, ...] = ("run_i
 
 
 STAT_AGG = {"min": "min", "mean": "avg", "max": "max", "std": "avg"}
+BAND_COLOUR, STD_COLOUR = "blue", "purple"
+
+
+def _override(series_name: str, **properties) -> dict:
+    """Field overrides for the series whose display name (legend) is `series_name`; `a__b` is property `a.b`."""
+    return {"matcher": {"id": "byName", "options": series_name},
+            "properties": [{"id": k.replace("__", "."), "value": v} for k, v in properties.items()]}
 
 
 def band(name: str, title: str | None = None, **kw) -> Panel:
-    """A stat-labelled gauge (min, max, mean, std) as a band: dashed min and max around a solid mean."""
+    """A stat-labelled gauge of one run: min to max shaded, the mean a line, std on its own right-hand axis.
+
+    Grafana fills between two series named in the panel (`fillBelowTo`), so each panel shows one run:
+    it is repeated for every selected run, and its series are simply `min`, `mean`, `max`, `std`.
+    """
     m = metric(name)
     if m.labels != ("stat",):
         raise CatalogueError(f"{name} has no stat label")
-    targets = [target(f"{STAT_AGG[s]} by (run_id) ({series(name, stat=s)})", legend(("run_id",), s))
-               for s in ("min", "mean", "max", "std") if s in m.label_values["stat"]]
-    dashed = {"custom.lineStyle": {"fill": "dash", "dash": [10, 10]}, "custom.fillOpacity": 0}
+    stats = [s for s in ("min", "mean", "max", "std") if s in m.label_values["stat"]]
+    targets = [target(f"{STAT_AGG[s]} by (run_id) ({series(name, stat=s)})", s) for s in stats]
+    colour = {"mode": "fixed", "fixedColor": BAND_COLOUR}
     overrides = [
-        {"matcher": {"id": "byRegexp", "options": "/ (min|max)$/"},
-         "properties": [{"id": k, "value": v} for k, v in dashed.items()]},
-        {"matcher": {"id": "byRegexp", "options": "/ mean$/"}, "properties": [{"id": "custom.lineWidth", "value": 2}]},
-        {"matcher": {"id": "byRegexp", "options": "/ std$/"},
-         "properties": [{"id": "custom.lineStyle", "value": {"fill": "dot", "dash": [0, 10]}}]},
+        _override("min", color=colour, custom__fillOpacity=0),
+        _override("max", color=colour, custom__fillBelowTo="min", custom__fillOpacity=20),
+        _override("mean", color=colour, custom__lineWidth=2),
+        _override("std", color={"mode": "fixed", "fixedColor": STD_COLOUR}, custom__axisPlacement="right",
+                  custom__axisLabel="std", custom__lineStyle={"fill": "dash", "dash": [10, 10]}),
     ]
-    shown = "min, mean and max as a band (dashed: min and max; solid: mean; dotted: std), per run"
-    return Panel(title or title_of(m), (name,), targets, m.unit, shown, overrides=overrides, **kw)
+    shown = ("min to max shaded, the mean as a line (left axis), std dashed on the right-hand axis; one panel per "
+             "selected run")
+    return Panel(title or title_of(m), (name,), targets, m.unit, shown, overrides=overrides, per_run=True, **kw)
 
 
 def heatmap(name: str, **kw) -> Panel:
@@ -234,7 +269,9 @@ def stat(title: str, expr: str, names: tuple[str, ...], unit: str, shown: str, r
 def info_table(name: str, **kw) -> Panel:
     """An info metric as a table: one row per process, its identity labels as columns."""
     m = metric(name)
-    hidden = {"Time": True, "Value": True, "__name__": True, "job": True, "exported_run_id": True}
+    # exported_*: the process's own identity labels where Prometheus keeps the target's (no honor_labels).
+    hidden = {"Time": True, "Value": True, "__name__": True, "job": True, "exported_run_id": True,
+              "exported_run_name": True}
     transformations = [{"id": "organize", "options": {"excludeByName": hidden, "indexByName": {}, "renameByName": {}}}]
     shown = "one row per process of the selected runs, from the process's identity labels"
     return Panel("Runs and processes", (name,), [target(series(name), "", format="table", instant=True, range=False)],

@@ -4,8 +4,7 @@
 in a query, so the dashboards and the alert rules can be checked against the
 catalogue: every metric they name must exist, and every matched value of a
 closed label must be one the catalogue allows. Not a parser: it assumes the
-queries this project writes (no metric names inside strings other than label
-values, no `__name__` matchers).
+queries this project writes (no `__name__` matchers, no braces inside strings).
 """
 
 from __future__ import annotations
@@ -24,11 +23,14 @@ _GROUPING = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([
 _TOKEN = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(\{[^}]*\}|\()?")
 _RANGE = re.compile(r"\[[^\]]*\]")
 _NUMBER_CONTEXT = re.compile(r"[0-9.]$")
+_BRACES_OR_STRING = re.compile(r'(\{[^}]*\})|"(?:[^"\\]|\\.)*"')
+"""A selector's {...} (kept: its matchers hold label values) or a string argument outside one (label_join's)."""
 
 
 def selectors(expr: str) -> list[tuple[str, dict[str, tuple[str, str]]]]:
     """[(metric name, {label: (operator, value)})] for each vector selector of `expr`."""
-    text = _RANGE.sub("", _GROUPING.sub(" ", expr))
+    text = _BRACES_OR_STRING.sub(lambda m: m.group(1) or '""', expr)  # label names in strings are no metrics
+    text = _RANGE.sub("", _GROUPING.sub(" ", text))
     found = []
     for match in _TOKEN.finditer(text):
         name, tail = match.group(1), match.group(2) or ""

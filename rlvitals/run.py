@@ -238,10 +238,14 @@ class Run:
 
 # ----------------------------------------------------------------- a run from start to end
 def run_info(cfg: TrainConfig, archive: RunArchive) -> dict:
-    """The identity labels every process of the run exports (rlvitals_run_info)."""
+    """The identity labels every process of the run exports (rlvitals_run_info).
+
+    `run_name` is the run directory's base name (`cp0`, `CartPole-v1-20261124-101500-s0`): what the
+    dashboards' run selector shows, with the env, instead of the hex run id.
+    """
     meta = archive.meta
-    return {"run_id": meta["run_id"], "env": cfg.env, "algorithm": cfg.agent, "mode": cfg.mode,
-            "code_version": meta["code_version"]["commit"][:12]}
+    return {"run_id": meta["run_id"], "run_name": os.path.basename(os.path.abspath(archive.path)), "env": cfg.env,
+            "algorithm": cfg.agent, "mode": cfg.mode, "code_version": meta["code_version"]["commit"][:12]}
 
 
 @contextlib.contextmanager

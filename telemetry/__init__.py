@@ -8,7 +8,7 @@ Prometheus on the hot path; `collectors` build Prometheus families from that
 state and read process, torch and NVML figures at scrape time; `process`
 serves /metrics and maintains the file_sd discovery file; `reference` writes
 docs/metrics.md from the catalogue, with `rowkeys` saying what a metrics.jsonl
-row holds.
+row holds; `bands` reads the healthy ranges the catalogue's help text states.
 
 May import: prometheus_client, psutil, numpy, torch, pynvml. Nothing else of
 rlvitals: every other part may import telemetry, never the other way round.

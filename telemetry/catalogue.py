@@ -35,7 +35,9 @@ class Metric:
     level: str
     """Lowest verbosity at which it is exported."""
     unit: str
-    """Grafana unit id used by the dashboards (s, bytes, percentunit, short, none, celsius, watt)."""
+    """Grafana unit id used by the dashboards (s, bytes, percentunit, short, none, celsius, watt, suffix:nats).
+    percentunit only for fractions that stay within 0 to 1 (Grafana shows them as percentages); a ratio that can
+    exceed 1 is `none`, shown as the plain number."""
     help: str
     labels: tuple[str, ...] = ()
     label_values: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -61,9 +63,10 @@ def _stats(name, component, level, unit, help, source):
 METRICS: tuple[Metric, ...] = (
     # ------------------------------------------------------------------ run
     Metric("rlvitals_run_info", "info", "run", "minimal", "none",
-           "Identity of the run this process belongs to: run id, env, algorithm, mode, code version. "
-           "One series per process; use it to join metrics across components of the same run.",
-           labels=("run_id", "env", "algorithm", "mode", "code_version")),
+           "Identity of the run this process belongs to: run id, run name (the run directory's base name), env, "
+           "algorithm, mode, code version. One series per process; use it to join metrics across components of "
+           "the same run.",
+           labels=("run_id", "run_name", "env", "algorithm", "mode", "code_version")),
 
     # -------------------------------------------------------------- learner
     Metric("rlvitals_learner_steps_total", "counter", "learner", "minimal", "short",
@@ -95,12 +98,12 @@ METRICS: tuple[Metric, ...] = (
            "near 1, falls quickly, then flattens. Stuck near 1: no policy is being learned (check policy "
            "targets, backprop, the env). Near 0: the policy collapsed (add exploration or shrink rewards). "
            "Wild oscillation: learning rate too high.", source="relative_entropy"),
-    Metric("rlvitals_learner_kl_divergence_nats", "gauge", "learner", "standard", "none",
+    Metric("rlvitals_learner_kl_divergence_nats", "gauge", "learner", "standard", "suffix:nats",
            "KL(behaviour policy || learner policy) on the same batch, exact from stored action distributions. "
            "Healthy: small and positive. Very large: stale experience. Very small: the learning rate could "
            "go up. Growing steadily: old experience is being replayed. Negative is impossible here; a "
            "negative value would be a bug.", source="kl"),
-    Metric("rlvitals_learner_residual_variance_ratio", "gauge", "learner", "standard", "percentunit",
+    Metric("rlvitals_learner_residual_variance_ratio", "gauge", "learner", "standard", "none",
            "Var(value targets - values) / Var(value targets). Healthy: starts near 1, drops fast, then "
            "declines slowly. Stuck near 1: the value net is not learning (check rewards, value loss, "
            "backprop). Oscillating: learning rate too high. Absent (undefined) when the targets barely vary "
@@ -156,20 +159,20 @@ METRICS: tuple[Metric, ...] = (
            "negative is a sign error (advantages or ratio flipped, a value loss that ascends, an entropy "
            "bonus subtracted).",
            labels=("term",), label_values={"term": ("policy", "value", "entropy")}, source="{term}_loss_direction"),
-    Metric("rlvitals_learner_gradient_mismatch_ratio", "gauge", "learner", "standard", "percentunit",
+    Metric("rlvitals_learner_gradient_mismatch_ratio", "gauge", "learner", "standard", "none",
            "Whether the gradient the optimizer steps with is this minibatch's: the value head's bias is added to "
            "every value, so its gradient must equal sum_i dL/dV_i; the difference as a fraction of sum_i "
            "|dL/dV_i|, on the update's first minibatch. Healthy: rounding (1e-7; about 1e-2 in bfloat16). Of "
            "order 1: gradients accumulate across steps (zero_grad missing or misplaced) or something else "
            "writes into the gradients.", source="gradient_mismatch"),
-    Metric("rlvitals_learner_actor_weights_mismatch_ratio", "gauge", "learner", "standard", "percentunit",
+    Metric("rlvitals_learner_actor_weights_mismatch_ratio", "gauge", "learner", "standard", "none",
            "The weights that acted against the learner's weights of the network age the batch is stamped with: "
            "the relative difference of their fingerprints (float64 sums of the parameters, normaliser statistics "
            "and their squares), "
            "the largest over the batch's actors. Healthy: 0 (rounding, 1e-12, across devices). Above: actors "
            "act with other weights than the age they report (stale weights sent under a new age, weights "
            "received but not loaded).", source="weights_mismatch"),
-    Metric("rlvitals_learner_behaviour_record_discrepancy_nats", "gauge", "learner", "standard", "none",
+    Metric("rlvitals_learner_behaviour_record_discrepancy_nats", "gauge", "learner", "standard", "suffix:nats",
            "The actors' record checked against itself: the largest |log mu(a; stored parameters) - stored log "
            "mu| over the batch. It needs no learner network, so it holds at any staleness. Healthy: 0 up to "
            "rounding; above it, the stored actions are not the ones acted with.", source="record_discrepancy"),
@@ -201,7 +204,7 @@ METRICS: tuple[Metric, ...] = (
            "statistics are in the scaled units, episode returns in the env's. Healthy: settles after the first "
            "batches; near 0 (sparse rewards not yet seen) scaled rewards sit at the clip.",
            source="reward_divisor"),
-    Metric("rlvitals_learner_value_target_scale_ratio", "gauge", "learner", "standard", "percentunit",
+    Metric("rlvitals_learner_value_target_scale_ratio", "gauge", "learner", "standard", "none",
            "max|value target| x (1 - gamma) / reward scale. True values obey |V| <= r_max / (1 - gamma), so "
            "healthy targets read at most about 1 on any env. Well above 1: discounting, bootstrapping or "
            "reward accumulation is wrong.", source="value_target_scale"),
@@ -214,13 +217,13 @@ METRICS: tuple[Metric, ...] = (
            "Rollouts the learner process holds in memory (created and not yet freed), read after each "
            "update. Healthy: small and flat (the batch in hand plus what queues hold); rising steadily means "
            "batches are being kept, long before the process's memory shows it.", source="rollouts_alive"),
-    Metric("rlvitals_learner_logp_discrepancy_nats", "gauge", "learner", "standard", "none",
+    Metric("rlvitals_learner_logp_discrepancy_nats", "gauge", "learner", "standard", "suffix:nats",
            "Actor-learner consistency: on a batch whose staleness is 0, the largest |log pi_learner(a|x) - "
            "log mu_actor(a|x)| over its samples. The same network on the same observation gives the same "
            "number, so healthy reads 0 (up to float rounding). Above it, actors and learner see different "
            "data: preprocessing on one side only, or observations paired with the wrong step.",
            source="logp_discrepancy"),
-    Metric("rlvitals_learner_logp_discrepancy_shifted_nats", "gauge", "learner", "standard", "none",
+    Metric("rlvitals_learner_logp_discrepancy_shifted_nats", "gauge", "learner", "standard", "suffix:nats",
            "The same discrepancy with the learner reading the neighbouring step's observation. Near 0 here "
            "while the unshifted discrepancy is not: observations are stored one step off their actions.",
            source="logp_discrepancy_shifted"),

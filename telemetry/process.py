@@ -62,9 +62,7 @@ class ProcessTelemetry(RecorderTelemetry):
         url = f"http://{shown}:{bound}/metrics"
         target_file = None
         if discovery_dir:
-            labels = {"component": component, **(target_labels or {})}
-            if run_info and "run_id" in run_info:
-                labels["run_id"] = run_info["run_id"]
+            labels = {"component": component, **(target_labels or {}), **run_target_labels(run_info or {})}
             target_file = write_target(discovery_dir, f"{component}-{os.getpid()}-{bound}",
                                        f"{shown}:{bound}", labels)
         telemetry = cls(recorder, registry, server, thread, url, target_file)
@@ -82,6 +80,16 @@ class ProcessTelemetry(RecorderTelemetry):
             except FileNotFoundError:
                 pass
             self.target_file = None
+
+
+TARGET_IDENTITY = ("run_id", "run_name")
+"""The run-identity labels Prometheus attaches to every series of a process (from its discovery file), so any
+query can select or name a run; one value each per run, so they never multiply series."""
+
+
+def run_target_labels(run_info: dict) -> dict[str, str]:
+    """The discovery-file labels naming a process's run (those of TARGET_IDENTITY it knows)."""
+    return {k: str(run_info[k]) for k in TARGET_IDENTITY if k in run_info}
 
 
 def start_telemetry(component: str, verbosity: str, **kwargs):

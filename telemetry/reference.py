@@ -32,7 +32,7 @@ DEFAULT_OUTPUT = Path(str(resources.files("rlvitals.docs"))) / "metrics.md"
 """docs/metrics.md, found through the import system (the data package `rlvitals.docs`), checkout or wheel alike."""
 
 # Labels without a closed set of values in the catalogue, and why they stay bounded.
-IDENTITY_LABELS = ("run_id", "env", "algorithm", "mode", "code_version")
+IDENTITY_LABELS = ("run_id", "run_name", "env", "algorithm", "mode", "code_version")
 """One value per process for its lifetime: they name the run, they never multiply series."""
 HARDWARE_LABELS = {"device": "CUDA device", "gpu": "GPU"}
 """One value per device index: bounded by the hardware."""
@@ -90,7 +90,8 @@ LEVEL_TEXT = {
 
 UNIT_TEXT = {
     "s": "seconds", "bytes": "bytes", "percentunit": "ratio (0 to 1)", "short": "count",
-    "none": "dimensionless", "celsius": "degrees Celsius", "watt": "watts",
+    "none": "dimensionless (shown as the plain number)",
+    "celsius": "degrees Celsius", "watt": "watts", "suffix:nats": "nats (natural-log units of information)",
 }
 
 COMPONENT_TEXT = {

@@ -387,13 +387,3 @@ def check_rules() -> None:
 
 check_rules()
 
-
-def metric_thresholds(metric_name: str) -> list[tuple[str, float, Rule]]:
-    """(comparison, value, rule) for every threshold the rules put on a catalogue metric (any label)."""
-    out = []
-    for rule in RULES:
-        for key, op, value in thresholds(rule):
-            if ROW_KEYS[key][0].name == metric_name:
-                out.append((op, value, rule))
-    return out
-

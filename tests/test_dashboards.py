@@ -75,6 +75,49 @@ def variable_query(var: dict) -> str:
     return query["query"] if isinstance(query, dict) else query
 
 
+def variable_source(var: dict) -> tuple[str, str | None]:
+    """(the PromQL a query variable reads, the label it lists or None for query_result's whole result lines)."""
+    query = variable_query(var)
+    if m := re.match(r"label_values\((.*),\s*(\w+)\)$", query):
+        return m.group(1), m.group(2)
+    m = re.match(r"query_result\((.*)\)$", query)
+    assert m, f"${var['name']}: neither label_values(...) nor query_result(...): {query}"
+    return m.group(1), None
+
+
+def grafana_regex(pattern: str) -> re.Pattern:
+    """A variable's regex as Grafana reads it (/body/flags, JavaScript syntax), as a Python pattern."""
+    assert pattern.startswith("/"), pattern
+    body, _, flags = pattern[1:].rpartition("/")
+    body = re.sub(r"\(\?<(?=[A-Za-z])", "(?P<", body)  # named groups; lookbehinds (?<= (?<! stay
+    return re.compile(body, re.IGNORECASE if "i" in flags else 0)
+
+
+def query_result_lines(result: list[dict]) -> list[str]:
+    """The lines Grafana's query_result() makes of an instant query's result: `name{k="v", ...} value ms`."""
+    lines = []
+    for r in result:
+        labels = dict(r["metric"])
+        name = labels.pop("__name__", "")
+        pairs = ", ".join(f'{k}="{v}"' for k, v in labels.items())
+        lines.append(f"{name}{{{pairs}}} {r['value'][1]} {int(float(r['value'][0]) * 1000)}")
+    return lines
+
+
+def variable_options(var: dict, texts: list[str]) -> list[tuple[str, str]]:
+    """(value, text) of each option Grafana makes of `texts` with the variable's regex and its named groups."""
+    if not var.get("regex"):
+        return sorted({(t, t) for t in texts})
+    options = set()
+    for text in texts:
+        m = grafana_regex(var["regex"]).search(text)
+        if m:
+            groups = m.groupdict()
+            value, shown = groups.get("value"), groups.get("text")
+            options.add((value or shown or m.group(1), shown or value or m.group(1)))
+    return sorted(options)
+
+
 def structure_problems(dashboard: dict) -> list[str]:
     """Everything structurally wrong with one dashboard model (empty when it is sound)."""
     out = []
@@ -273,8 +316,8 @@ def test_variables_read_catalogue_metrics_and_include_all():
         for name in ("run", "node"):
             var = variable(d, name)
             assert var["includeAll"] and var["allValue"] == ".*" and var["datasource"] == DATASOURCE
-            inner = re.match(r"label_values\((.*),\s*(\w+)\)$", variable_query(var))
-            assert inner and problems(inner.group(1)) == [], variable_query(var)
+            promql, _ = variable_source(var)
+            assert problems(promql) == [], variable_query(var)
         assert d["links"] and d["links"][0]["tags"] == ["rlvitals"]
 
 
@@ -511,13 +554,17 @@ def live(tmp_path_factory):
         variables = {}
         for name, d in DASHBOARDS.items():
             for var_name in ("run", "node"):
-                match = re.match(r"label_values\((.*),\s*(\w+)\)$", variable_query(variable(d, var_name)))
-                series = instantiate(match.group(1), ".*")
-                status, body = http_get(f"{stack.prom_url}/api/v1/series?" +
-                                        urllib.parse.urlencode({"match[]": series}), timeout=10)
-                assert status == 200, body[:300]
-                variables[(name, var_name)] = sorted({s.get(match.group(2)) for s in json.loads(body)["data"]}
-                                                     - {None})
+                var = variable(d, var_name)
+                promql, label = variable_source(var)
+                promql = instantiate(promql, ".*")
+                if label is None:
+                    texts = query_result_lines(evaluate(stack.prom_url, promql))
+                else:
+                    status, body = http_get(f"{stack.prom_url}/api/v1/series?" +
+                                            urllib.parse.urlencode({"match[]": promql}), timeout=10)
+                    assert status == 200, body[:300]
+                    texts = sorted({s.get(label) for s in json.loads(body)["data"]} - {None})
+                variables[(name, var_name)] = variable_options(var, texts)
         codes = stack.stop()
         print(f"every query had data {ready_after:.1f} s after the runs started")
         yield {"stack": stack, "run_ids": run_ids, "results": results, "had_data": had_data, "variables": variables,
@@ -566,9 +613,12 @@ def test_hardware_and_annotation_queries_are_valid_and_only_they_are_exempt(live
 
 
 @pytest.mark.slow
-def test_variables_list_the_runs(live):
+def test_the_run_selector_shows_each_runs_name_and_env_and_selects_its_id(live):
     for name in DASHBOARDS:
-        assert set(live["run_ids"].values()) <= set(live["variables"][(name, "run")])
+        runs = live["variables"][(name, "run")]
+        for level, run_id in live["run_ids"].items():
+            assert (run_id, f"run-{level} ({live['stack'].env_spec})") in runs, runs
+        assert len({value for value, _ in runs}) == len(runs), f"a run listed twice: {runs}"
 
 
 @pytest.mark.slow
@@ -576,3 +626,17 @@ def test_runs_stopped_cleanly_and_the_stack_went_down(live):
     assert live["codes"] == {level: 0 for level in LIVE_LEVELS}
     assert not (live["stack"].state_dir / "state.json").exists()
     assert http_get(f"{live['stack'].prom_url}/-/ready", timeout=2)[0] == 0
+
+
+@pytest.mark.slow
+def test_a_band_panel_gets_one_series_per_query_for_one_run(live):
+    """Band panels fill from `max` down to `min` by series name: with one run each name must be one series."""
+    bands = [(name, p) for name, d in DASHBOARDS.items() for p in data_panels(d) if p.get("repeat") == "run"]
+    assert len(bands) >= 6
+    for dashboard, panel in bands:
+        for t in panel["targets"]:
+            level, _ = level_of(t["expr"])
+            for run_level in LIVE_LEVELS:
+                if LEVELS.index(run_level) >= LEVELS.index(level):
+                    result = live["results"][(run_level, t["expr"])]
+                    assert len(result) == 1, f"{dashboard} / {panel['title']} {t['legendFormat']}: {result}"

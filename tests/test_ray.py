@@ -76,16 +76,19 @@ def test_two_actors_learn_cartpole_and_every_endpoint_is_scraped(ray_address, tm
         proc = train(ray_args(ray_address, run_dir, "--num-actors", "2", "--total-env-steps", "400000",
                               "--return-threshold", "300", "--verbosity", "standard"))
         seen: dict[str, set] = {}
+        names: set = set()
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
-            seen = {}
+            seen, names = {}, set()
             for target in prom.targets():
                 if target["health"] == "up":
                     seen.setdefault(target["labels"].get("component"), set()).add(target["scrapeUrl"])
+                    names.add(target["labels"].get("run_name"))
             if len(seen.get("actor", ())) == 2 and seen.get("learner") and seen.get("node"):
                 break
             time.sleep(0.5)
         assert len(seen.get("actor", ())) == 2 and seen.get("learner") and seen.get("node"), seen
+        assert names == {run_dir.name}, f"every process's discovery file names the run: {names}"
         steps = prom.query('rlvitals_actor_env_steps_total')
         assert len(steps) == 2 and all(float(s["value"][1]) > 0 for s in steps)
         summary, _ = finish(proc)

@@ -181,7 +181,7 @@ def test_live_run_exports_exactly_its_level(level, tmp_path, test_env):
         run_id = run.run_id()
         info = [s for s in samples if s.name == "rlvitals_run_info"]
         assert len(info) == 1 and info[0].labels["run_id"] == run_id and info[0].labels["mode"] == "local"
-        assert info[0].labels["env"] == env_spec
+        assert info[0].labels["env"] == env_spec and info[0].labels["run_name"] == run.run_dir.name
         values = {s.name: s.value for s in samples if not s.labels}
         assert values["rlvitals_learner_samples_consumed_total"] > 0
         assert values["rlvitals_actor_env_steps_total"] >= values["rlvitals_learner_samples_consumed_total"]
@@ -199,7 +199,7 @@ def test_live_run_exports_exactly_its_level(level, tmp_path, test_env):
         count, target = seen_targets[0]
         assert count == 1
         assert target == [{"targets": [f"127.0.0.1:{run.port}"],
-                           "labels": {"component": "local", "run_id": run_id}}]
+                           "labels": {"component": "local", "run_id": run_id, "run_name": run.run_dir.name}}]
 
         rc = run.wait()
         assert rc == 0, run.output()
@@ -273,6 +273,7 @@ def test_prometheus_discovers_and_scrapes_a_live_run(prometheus, tmp_path):
             assert float(result[0]["value"][1]) > 0
             labels = result[0]["metric"]
             assert labels["run_id"] == run_id
+            assert labels["run_name"] == run.run_dir.name  # from the discovery file, on every series
             assert labels["component"] == "local"
             assert labels["job"] == "rlvitals"
             assert labels["instance"] == f"127.0.0.1:{run.port}"

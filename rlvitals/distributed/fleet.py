@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict
 
-from rlvitals.telemetry.process import write_target
+from rlvitals.telemetry.process import run_target_labels, write_target
 
 from ..archive import RunArchive
 from ..config import ConfigError, TrainConfig, parse_resources
@@ -75,7 +75,7 @@ class Fleet:
 
     def _write(self, name: str, address: str | None, labels: dict) -> None:
         if address is not None:
-            write_target(str(self.discovery), name, address, {**labels, "run_id": self.run_info["run_id"]})
+            write_target(str(self.discovery), name, address, {**labels, **run_target_labels(self.run_info)})
 
     def _note_actor(self, info: dict) -> None:
         i = info["actor_id"]

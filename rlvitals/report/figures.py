@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 
+from rlvitals.telemetry.bands import band_text
+
 from .rundata import Run
-from .signals import RUN_COUNTERS, Panel, band_text, bands_for, rule_severity, thresholds_for, verdict_metrics
+from .signals import RUN_COUNTERS, Panel, bands_for, rule_severity, thresholds_for, verdict_metrics
 
 RUN_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2",
                "#7f7f7f", "#bcbd22")
@@ -20,7 +22,7 @@ DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 SEVERITY_COLOURS = {"critical": "#c62828", "warning": "#ef6c00", "info": "#1565c0"}
 BAND_FILL = ("rgba(46, 160, 67, 0.10)", "rgba(46, 160, 67, 0.16)")
 UNIT_TITLES = {"bytes": "bytes", "s": "seconds", "percentunit": "ratio", "short": "", "none": "", "celsius": "°C",
-               "watt": "W"}
+               "watt": "W", "suffix:nats": "nats"}
 AXIS_STYLE = {"gridcolor": "#eceff1", "linecolor": "#b0bec5", "showline": True, "ticks": "outside",
               "tickcolor": "#b0bec5", "automargin": True}
 """Axis look, given per figure instead of a plotly template (a template is copied into every figure)."""

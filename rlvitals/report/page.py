@@ -10,6 +10,7 @@ from pathlib import Path
 import plotly.offline
 
 import rlvitals
+from rlvitals.telemetry.bands import band_text
 from rlvitals.telemetry.catalogue import BY_NAME
 
 from .figures import PLOT_CONFIG, SEVERITY_COLOURS, health_timeline, panel_figure
@@ -19,7 +20,6 @@ from .signals import (
     REFERENCE,
     Panel,
     anchor,
-    band_text,
     bands_for,
     outside,
     panels_for,

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from itertools import product
 
+from rlvitals.telemetry.bands import Band, catalogue_bands
 from rlvitals.telemetry.catalogue import BY_NAME, METRICS, Metric
 
 RUN_COUNTERS = ("updates", "env_steps", "episodes", "learner_steps")
@@ -193,32 +194,6 @@ def uncatalogued(keys: list[str]) -> list[str]:
 
 
 # ------------------------------------------------------------------ bands
-Band = tuple[float | None, float | None]
-
-
-_NUM = r"(-?\d+(?:\.\d+)?(?:e-?\d+)?)"
-BAND_PATTERNS = (  # phrases of the catalogue's help text that state a healthy range in numbers
-    (re.compile(rf"within \[{_NUM}, {_NUM}\]"), lambda a, b: (a, b)),
-    (re.compile(rf"ideally \[{_NUM}, {_NUM}\]"), lambda a, b: (a, b)),
-    (re.compile(rf"healthy:? {_NUM} ?(?:-|to) ?{_NUM}", re.I), lambda a, b: (a, b)),
-    (re.compile(rf"(?:below|at most|under) (?:about )?{_NUM}"), lambda a: (None, a)),
-    (re.compile(rf"(?:above|at least|over) (?:about )?{_NUM}"), lambda a: (a, None)),
-)
-
-
-def catalogue_bands(help_text: str) -> list[Band]:
-    """Healthy bands stated in a help text's sentences about what healthy looks like, outermost first."""
-    found: list[Band] = []
-    for sentence in re.split(r"(?<=[.;])\s+", help_text):
-        if "healthy" not in sentence.lower():
-            continue
-        for pattern, make in BAND_PATTERNS:
-            for groups in pattern.findall(sentence):
-                groups = groups if isinstance(groups, tuple) else (groups,)
-                found.append(make(*(float(g) for g in groups)))
-    return list(dict.fromkeys(found))
-
-
 def bands_for(metric_key: str) -> list[Band]:
     """Healthy bands of a metrics.jsonl key, outermost first; None is an open end (a threshold line).
 
@@ -305,15 +280,6 @@ def outside(value: float, bands: list[Band]) -> bool:
         return False
     lo, hi = bands[0]
     return (lo is not None and value < lo) or (hi is not None and value > hi)
-
-
-def band_text(band: Band) -> str:
-    lo, hi = band
-    if lo is None:
-        return f"<= {hi:g}"
-    if hi is None:
-        return f">= {lo:g}"
-    return f"[{lo:g}, {hi:g}]"
 
 
 # ------------------------------------------------------------------ verdicts
