@@ -32,7 +32,7 @@ from .checkpoint import restore, save_checkpoint, telemetry_state
 from .config import TrainConfig
 from .guard import NonFiniteGuard
 from .parts import make_learner, make_network, resolve_device
-from .progress import ProgressLine
+from .progress import ProgressLine, Reading
 from .rows import RowObserver, RowWriter
 from .tracker import RunTracker
 
@@ -136,18 +136,15 @@ class Run:
         if self.learner is not None and t.updates % self._checkpoint_every == 0:
             self.save_checkpoint()
         if self.progress.due():
-            self.progress.update(t.env_steps, t.env_steps / max(t.elapsed, 1e-9), t.mean_return(), stats,
-                                 self.net.age)
+            self.progress.update(self.reading())
         return stats
 
     def report_idle(self) -> None:
         """Between learn steps that do not come (every batch dropped): a row every few seconds, the progress line."""
-        t = self.tracker
         if self.rows.idle_due():
             self.rows.write(self.row())
         if self.progress.due():
-            self.progress.update(t.env_steps, t.env_steps / max(t.elapsed, 1e-9), t.mean_return(), self.stats,
-                                 self.net.age)
+            self.progress.update(self.reading())
 
     def _inputs_ok(self, rollout) -> bool:
         ok = False
@@ -216,12 +213,17 @@ class Run:
             row["samples_learned"] = self.learner.samples_learned
         return row
 
+    def reading(self) -> Reading:
+        """What the progress display shows now."""
+        t = self.tracker
+        return Reading(t.env_steps, t.elapsed, t.mean_return(), self.stats, self.net.age)
+
     def save_checkpoint(self) -> None:
         save_checkpoint(self.archive, self.cfg, self.net, self.learner, self.tracker, self.telemetry)
 
     def finish(self, status: str, extra: dict) -> dict:
         """Final checkpoint, last metrics row, summary.json, observers closed: however the run ends."""
-        self.progress.close()
+        self.progress.finish(self.reading())  # first: what is printed next (a write error) starts on a new line
         t = self.tracker
         if self.learner is not None and t.updates > 0:
             self.save_checkpoint()
