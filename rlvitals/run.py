@@ -27,13 +27,14 @@ from rlvitals.telemetry.health import HealthMonitor
 from rlvitals.telemetry.interface import or_null
 from rlvitals.telemetry.verdicts import SEVERITIES, print_verdict
 
-from .archive import RunArchive
+from .archive import ArchiveWriteError, RunArchive
 from .checkpoint import restore, save_checkpoint, telemetry_state
 from .config import TrainConfig
 from .guard import NonFiniteGuard
 from .parts import make_learner, make_network, resolve_device
 from .progress import ProgressLine, Reading
 from .rows import RowObserver, RowWriter
+from .status import COMPLETED, ended_by
 from .tracker import RunTracker
 
 
@@ -95,9 +96,10 @@ class Run:
                     self.learn_step(rollout)
             source.drain()
         except BaseException as exc:  # Ctrl-C, a non-finite stop, an env error: keep what we had
-            self.finish(getattr(exc, "status", None) or type(exc).__name__, source.summary())
+            ending = ended_by(exc)
+            self.finish(ending.pop("status"), {**source.summary(), **ending})
             raise
-        return self.finish(getattr(self.stop, "status", None) or "completed", source.summary())
+        return self.finish(getattr(self.stop, "status", None) or COMPLETED, source.summary())
 
     def finished(self) -> bool:
         return (self.tracker.done() or (self.stop is not None and self.stop())
@@ -256,6 +258,11 @@ def open_archive(cfg: TrainConfig, argv: list[str], resume: dict | None = None):
         archive.note_resume(argv, resume["tracker"]["env_steps"], cfg.to_dict(), updates=resume["tracker"]["updates"])
     try:
         yield archive
+    except BaseException as exc:
+        if not (archive.summary_written or archive.summary_failed):  # ended before the run loop wrote one
+            with contextlib.suppress(ArchiveWriteError):
+                archive.write_summary(ended_by(exc))
+        raise
     finally:
         archive.close()
 
