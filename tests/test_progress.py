@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvitals.progress import NARROWING, ProgressLine, Reading, field_forms, fit
+from rlvitals.progress import NARROWING, ProgressLine, Reading, break_line, field_forms, fit
 
 CLI = [sys.executable, "-m", "rlvitals.cli", "train"]
 SHORT = ["--env", "CartPole-v1", "--total-env-steps", "30000", "--verbosity", "off", "--log-interval-seconds", "0.1"]
@@ -115,6 +115,8 @@ def test_redrawn_in_place_to_the_terminals_width_now_and_plain_lines_elsewhere()
         assert line.in_place
         for i in range(1, 4):
             line.update(Reading(i * 10_000, float(i), 20.0 * i, STATS, i))
+        # A message printed now (a stop signal's) starts on a new line, once; the next redraw is below it.
+        assert (break_line(), break_line()) == ("\n", "")
         set_columns(slave, 40)  # the window is made narrower during the run
         line.update(Reading(50_000, 5.0, 120.0, STATS, 5))
         line.finish(Reading(100_096, 9.5, 300.0, STATS, 9))
@@ -126,7 +128,7 @@ def test_redrawn_in_place_to_the_terminals_width_now_and_plain_lines_elsewhere()
     assert "\x1b" not in drawn and len(parts) == 5, repr(drawn)
     assert all(len(p) <= 79 for p in parts[:3]) and all(len(p) <= 39 for p in parts[3:]), parts
     assert parts[-1].startswith("100%  100,096") and "took 10s" in parts[-1], repr(drawn)
-    assert drawn.endswith("\n")
+    assert drawn.endswith("\n") and break_line() == "", "the final line is ended: nothing to break"
 
     notebook = io.StringIO()  # not a terminal, as a Jupyter notebook's output or a log file is
     plain = ProgressLine(100_000, stream=notebook, interval=0, plain_interval=3600)
