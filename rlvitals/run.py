@@ -27,13 +27,14 @@ from rlvitals.telemetry.health import HealthMonitor
 from rlvitals.telemetry.interface import or_null
 from rlvitals.telemetry.verdicts import SEVERITIES, print_verdict
 
-from .archive import RunArchive
+from .archive import ArchiveWriteError, RunArchive
 from .checkpoint import restore, save_checkpoint, telemetry_state
 from .config import TrainConfig
 from .guard import NonFiniteGuard
 from .parts import make_learner, make_network, resolve_device
-from .progress import ProgressLine
+from .progress import ProgressLine, Reading
 from .rows import RowObserver, RowWriter
+from .status import COMPLETED, ended_by
 from .tracker import RunTracker
 
 
@@ -95,9 +96,10 @@ class Run:
                     self.learn_step(rollout)
             source.drain()
         except BaseException as exc:  # Ctrl-C, a non-finite stop, an env error: keep what we had
-            self.finish(getattr(exc, "status", None) or type(exc).__name__, source.summary())
+            ending = ended_by(exc)
+            self.finish(ending.pop("status"), {**source.summary(), **ending})
             raise
-        return self.finish(getattr(self.stop, "status", None) or "completed", source.summary())
+        return self.finish(getattr(self.stop, "status", None) or COMPLETED, source.summary())
 
     def finished(self) -> bool:
         return (self.tracker.done() or (self.stop is not None and self.stop())
@@ -136,18 +138,15 @@ class Run:
         if self.learner is not None and t.updates % self._checkpoint_every == 0:
             self.save_checkpoint()
         if self.progress.due():
-            self.progress.update(t.env_steps, t.env_steps / max(t.elapsed, 1e-9), t.mean_return(), stats,
-                                 self.net.age)
+            self.progress.update(self.reading())
         return stats
 
     def report_idle(self) -> None:
         """Between learn steps that do not come (every batch dropped): a row every few seconds, the progress line."""
-        t = self.tracker
         if self.rows.idle_due():
             self.rows.write(self.row())
         if self.progress.due():
-            self.progress.update(t.env_steps, t.env_steps / max(t.elapsed, 1e-9), t.mean_return(), self.stats,
-                                 self.net.age)
+            self.progress.update(self.reading())
 
     def _inputs_ok(self, rollout) -> bool:
         ok = False
@@ -216,12 +215,17 @@ class Run:
             row["samples_learned"] = self.learner.samples_learned
         return row
 
+    def reading(self) -> Reading:
+        """What the progress display shows now."""
+        t = self.tracker
+        return Reading(t.env_steps, t.elapsed, t.mean_return(), self.stats, self.net.age)
+
     def save_checkpoint(self) -> None:
         save_checkpoint(self.archive, self.cfg, self.net, self.learner, self.tracker, self.telemetry)
 
     def finish(self, status: str, extra: dict) -> dict:
         """Final checkpoint, last metrics row, summary.json, observers closed: however the run ends."""
-        self.progress.close()
+        self.progress.finish(self.reading())  # first: what is printed next (a write error) starts on a new line
         t = self.tracker
         if self.learner is not None and t.updates > 0:
             self.save_checkpoint()
@@ -258,6 +262,11 @@ def open_archive(cfg: TrainConfig, argv: list[str], resume: dict | None = None):
         archive.note_resume(argv, resume["tracker"]["env_steps"], cfg.to_dict(), updates=resume["tracker"]["updates"])
     try:
         yield archive
+    except BaseException as exc:
+        if not (archive.summary_written or archive.summary_failed):  # ended before the run loop wrote one
+            with contextlib.suppress(ArchiveWriteError):
+                archive.write_summary(ended_by(exc))
+        raise
     finally:
         archive.close()
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from .config import RETIRED_FIELDS, TrainConfig
+from .status import status_and_cause
 
 IDENTITY = ("env", "agent", "seed", "mode", "run_dir", "total_env_steps", "progress", "metrics_port",
             "metrics_host", "log_interval_seconds", "checkpoint_interval",
@@ -53,12 +54,13 @@ def rows(runs: list[dict]) -> tuple[list[dict], list[str]]:
     out = []
     for r in runs:
         c, s = r["config"], r["summary"]
+        status, cause = status_and_cause(r["path"], s)  # cause: a failed run's one line, else None
         out.append({
             "run": Path(r["path"]).name, "env": c.get("env"), "algorithm": c.get("agent"), "seed": c.get("seed"),
             "differences": " ".join(f"{k}={c.get(k)}" for k in varying),
             "env_steps": s.get("env_steps"), "final_return": s.get("mean_return_last_100"),
             "seconds_to_threshold": s.get("seconds_to_threshold"), "wall_seconds": s.get("wall_seconds"),
-            "status": "done" if s else "running/crashed", "path": r["path"]})
+            "status": status, "cause": cause, "path": r["path"]})
     return out, varying
 
 

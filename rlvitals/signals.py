@@ -127,7 +127,9 @@ class StopRequests:
         self._done.set()
 
     def _say(self, text: str) -> None:
-        print(f"rlvitals: {text}", file=self.stream or sys.stderr, flush=True)
+        from .progress import break_line
+
+        print(f"{break_line()}rlvitals: {text}", file=self.stream or sys.stderr, flush=True)
 
 
 @contextlib.contextmanager

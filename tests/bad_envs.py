@@ -1,4 +1,5 @@
-"""Envs that misbehave, for tests/test_bad_inputs.py; used as `bad_envs:EnvId` with tests/ on PYTHONPATH.
+"""Envs that misbehave, for tests/test_bad_inputs.py and tests/test_run_status.py; used as `bad_envs:EnvId`
+with tests/ on PYTHONPATH.
 
 The environment variable BAD_ENVS_ON_IMPORT makes importing this module fail
 (`raise`) or call sys.exit (`exit`), as a user's broken env module might.
@@ -35,7 +36,19 @@ class StepRaises(CartPoleEnv):
         raise RuntimeError("the simulator crashed")
 
 
+class StepRaisesLater(CartPoleEnv):
+    """Steps as CartPole does, then raises at its 200th step: past the pre-flight check, in the middle of a run."""
+
+    steps = 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps >= 200:
+            raise RuntimeError("the simulator crashed")
+        return super().step(action)
+
+
 for _env_id, _entry in (("ResetRaises-v0", ResetRaises), ("ResetWrongType-v0", ResetReturnsWrongType),
-                        ("StepRaises-v0", StepRaises)):
+                        ("StepRaises-v0", StepRaises), ("StepRaisesLater-v0", StepRaisesLater)):
     if _env_id not in gym.registry:
         gym.register(_env_id, entry_point=_entry, max_episode_steps=500)

@@ -335,7 +335,7 @@ def test_runs_table_shows_both_runs_and_what_differs(two_runs):
 def test_runs_sort_filter_top_and_json(two_runs, capsys):
     table = json.loads(_runs_in_process(two_runs, capsys, "--json", "--sort=-seed"))
     assert [row["run"] for row in table] == ["B", "A"]
-    assert {row["status"] for row in table} == {"done"}
+    assert {row["status"] for row in table} == {"completed"}
     assert all(isinstance(row["final_return"], float) for row in table)
 
     table = json.loads(_runs_in_process(two_runs, capsys, "--json", "--sort", "seed"))

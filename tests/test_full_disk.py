@@ -61,7 +61,8 @@ def test_a_full_disk_ends_the_run_in_one_line_and_a_resume_works_once_space_is_f
     assert f"rlvitals train --resume {run}" in line, line
     no_temporaries(run)
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["status"] == "ArchiveWriteError" and "no space left" in summary["archive_error"]
+    assert summary["status"] == "failed" and "no space left" in summary["archive_error"]
+    assert summary["cause"].startswith("ArchiveWriteError: no space left writing"), summary["cause"]
     state = torch.load(run / "checkpoints" / "latest.pt", weights_only=True)  # the last good one, whole
     assert f"last good checkpoint (update {state['tracker']['updates']}) kept" in line, line
     for row in (run / "metrics.jsonl").read_text().splitlines():
@@ -92,7 +93,7 @@ def test_a_file_size_limit_on_the_first_checkpoint_is_one_line_with_the_summary_
     assert f"no space left writing {run}/checkpoints/latest.pt" in line and "summary.json written" in line, line
     no_temporaries(run)
     assert not (run / "checkpoints" / "latest.pt").exists()
-    assert json.loads((run / "summary.json").read_text())["status"] == "ArchiveWriteError"
+    assert json.loads((run / "summary.json").read_text())["status"] == "failed"
 
 
 APPEND = """

@@ -120,7 +120,7 @@ def test_observers_are_closed_whatever_the_end(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         train_in(cfg, ["test"], stop=stop, observers=[observer])
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["status"] == "KeyboardInterrupt" and summary["updates"] == 3
+    assert summary["status"] == "interrupted" and summary["updates"] == 3
     assert [row["updates"] for row in observer.rows] == [1, 2, 3]
     assert observer.closed == [tmp_path / "run"]
 

@@ -1,18 +1,22 @@
 """One writer per run directory: an exclusive `flock` on `<run_dir>/.lock`.
 
 The kernel releases the lock when its process ends however it ends, so whoever
-holds it knows every earlier writer is gone.
+holds it knows every earlier writer is gone, and a reader that finds it held knows
+a writer is alive (`held_by_live_process`: how `rlvitals runs` tells running from crashed).
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import time
 from pathlib import Path
 
 from ..config import ConfigError
 
 LOCK_NAME = ".lock"
+PROBE_WAIT_SECONDS = 0.5
+"""How long a writer retries a lock that is taken: a reader's probe holds it for microseconds."""
 
 
 class RunDirBusy(ConfigError):
@@ -23,7 +27,7 @@ def lock_run_dir(path: Path, write_pid: bool = True) -> int:
     """Take the run directory's exclusive lock; the open descriptor holds it. RunDirBusy when taken."""
     fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _lock_soon(fd)
     except BlockingIOError:
         holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
         os.close(fd)
@@ -33,6 +37,39 @@ def lock_run_dir(path: Path, write_pid: bool = True) -> int:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
     return fd
+
+
+def _lock_soon(fd: int) -> None:
+    """The exclusive lock, retried for PROBE_WAIT_SECONDS; BlockingIOError if a writer keeps it."""
+    deadline = time.monotonic() + PROBE_WAIT_SECONDS
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.02)
+
+
+def held_by_live_process(path: Path) -> bool:
+    """Whether a live process holds the run directory's lock (a writer is running); takes nothing that stays.
+
+    A shared lock, taken and dropped at once, cannot be had while a writer holds the exclusive one.
+    """
+    try:
+        fd = os.open(path / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:  # no lock file (a run from before the lock, or a copy), or not ours to read
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:  # a file system without locks: nothing can be told
+        return False
+    finally:
+        os.close(fd)  # closing drops the shared lock, if it was taken
+    return False
 
 
 def check_not_busy(path: Path) -> None:

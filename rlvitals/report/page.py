@@ -105,7 +105,9 @@ def runs_section(runs: list[Run]) -> str:
         counts = verdict_counts(run.verdicts)
         verdicts = "not evaluated" if counts is None else \
             ", ".join(f"{n} {sev}" for sev, n in counts.items() if n) or "none held"
-        cells = [f"<b>{esc(run.name)}</b><div class='muted'>{esc(run.path)}</div>", esc(run.status),
+        cause = run.cause
+        status = esc(run.status) + (f"<div class='muted'>{esc(cause)}</div>" if cause else "")
+        cells = [f"<b>{esc(run.name)}</b><div class='muted'>{esc(run.path)}</div>", status,
                  esc(c.get("env", "–")), esc(c.get("agent", "–")), esc(c.get("mode", "–")), fmt(c.get("seed")),
                  fmt(s.get("env_steps", last.get("env_steps")), ",d") if (s or last) else "–",
                  fmt(s.get("updates", last.get("updates"))),

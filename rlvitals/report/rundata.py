@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from ..status import RUNNING, run_status, status_and_cause
+
 RUN_FILES = ("config.yaml", "meta.json", "metrics.jsonl")
 """A directory holding any of these was made by `rlvitals train`."""
 MAX_POINTS = 2000
@@ -46,9 +48,13 @@ class Run:
 
     @property
     def status(self) -> str:
-        if self.summary is None:
-            return "running or crashed (no summary.json)"
-        return str(self.summary.get("status", "completed"))
+        """The status word `rlvitals runs` shows too (rlvitals/status.py): running, crashed, or how it ended."""
+        return run_status(self.path, self.summary)
+
+    @property
+    def cause(self) -> str | None:
+        """A failed run's exception in one line; None for any other status."""
+        return status_and_cause(self.path, self.summary)[1]
 
     def series(self, key: str) -> tuple[list[float], list[float]]:
         """(env steps, values) of one metrics key over the rows that have it."""
@@ -214,7 +220,9 @@ def load_run(path: str, max_points: int = MAX_POINTS) -> Run:
     meta = _read_json(run_dir / "meta.json", notes, "meta.json") or {}
     summary = _read_json(run_dir / "summary.json", notes, "summary.json")
     if summary is None:
-        notes.append("no summary.json: the run is still running, or it crashed")
+        notes.append("no summary.json: " + ("the run is still running (a live process holds its lock)"
+                                            if run_status(run_dir, None) == RUNNING else
+                                            "it crashed (it ended without writing one, and no process holds its lock)"))
     elif not isinstance(summary, dict):
         summary = None
     rows, bad = read_rows(run_dir / "metrics.jsonl")

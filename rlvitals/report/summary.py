@@ -6,6 +6,8 @@ import json
 import math
 from pathlib import Path
 
+from ..status import COMPLETED, FAILED, recorded_cause, recorded_status
+
 SEVERITIES = ("critical", "warning", "info")
 
 
@@ -49,13 +51,15 @@ def _n(x, spec: str = ",") -> str:
 def format_run_summary(summary: dict, run_dir) -> str:
     """A short human summary of a finished (or stopped) run: return, steps, speed, verdicts, where things are."""
     run_dir = Path(run_dir)
-    status = summary.get("status", "completed")
-    head = f"rlvitals: run {status}" if status == "completed" else f"rlvitals: run stopped ({status})"
+    status = recorded_status(summary)
+    head = f"rlvitals: run {status}" if status in (COMPLETED, FAILED) else f"rlvitals: run stopped ({status})"
     ret = final_return(summary)
     lines = [f"{head} after {_n(summary.get('wall_seconds'), ',.1f')} s: {_n(summary.get('env_steps'))} env steps "
              f"at {_n(speed(summary), ',.0f')} steps/s, {_n(summary.get('updates'))} updates, "
              f"{_n(summary.get('episodes'))} episodes",
              f"  return      {_n(ret, ',.2f')} (mean of the last 100 episodes)"]
+    if recorded_cause(summary):
+        lines.insert(1, f"  cause       {recorded_cause(summary)}")
     if summary.get("return_threshold") is not None:
         solved = summary.get("seconds_to_threshold")
         lines[-1] += (f"; threshold {summary['return_threshold']:g} reached after {solved:,.1f} s, "
