@@ -70,10 +70,12 @@ def build_parser() -> Parser:
 
     runs = sub.add_parser("runs", help="list the runs under a directory as a table")
     runs.add_argument("directory", help="directory holding run directories (searched recursively)")
-    runs.add_argument("--sort", default="-final_return",
-                      help="column to sort by; prefix with - for descending (default -final_return)")
-    runs.add_argument("--filter", action="append", default=[], metavar="COLUMN=VALUE",
-                      help="keep rows whose column equals VALUE (repeatable)")
+    runs.add_argument("--sort", default="-final_return", metavar="KEY",
+                      help="column or config field to sort by (e.g. -gamma); prefix with - for descending; runs "
+                           "without a value come last (default -final_return)")
+    runs.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE",
+                      help="keep runs whose column or config field equals VALUE, compared as the field's type "
+                           "(learning_rate=1e-3 finds 0.001, sync=yes finds true, hidden_sizes=64,64); repeatable")
     runs.add_argument("--top", type=int, default=0, help="show only the first N rows")
     runs.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
 
