@@ -13,7 +13,8 @@ import os
 import sys
 from pathlib import Path
 
-from .config import MODES, VERBOSITY_LEVELS, ConfigError, TrainConfig, build_config, field_docs, field_types
+from .config import ConfigError, TrainConfig, build_config
+from .train_parser import add_train_parser
 
 EXIT_USAGE = 2
 
@@ -27,40 +28,11 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-ALIASES = {"num_envs": ["--envs-per-actor"]}
-"""Second names for config flags, where another name reads better in a given mode."""
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per TrainConfig field; help text from the field's docstring."""
-    docs = field_docs()
-    types = field_types()
-    for f in dataclasses.fields(TrainConfig):
-        kwargs = {"dest": f.name, "default": None, "help": docs.get(f.name, "")}
-        if f.name == "verbosity":
-            kwargs["choices"] = VERBOSITY_LEVELS
-        if f.name == "mode":
-            kwargs["choices"] = MODES
-        metavar = {bool: "BOOL", int: "N", float: "X"}.get(types[f.name], "VALUE")
-        if types[f.name] is bool:  # `--tensorboard` alone means `--tensorboard true`
-            kwargs.update(nargs="?", const="true")
-        flags = [_flag(f.name)] + ALIASES.get(f.name, [])
-        parser.add_argument(*flags, metavar=metavar if "choices" not in kwargs else None, **kwargs)
-
-
 def build_parser() -> Parser:
     parser = Parser(prog="rlvitals", description="Actor-learner RL that tells you where it hurts.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
-    train = sub.add_parser("train", help="train an agent (local or Ray mode)")
-    train.add_argument("--config", metavar="FILE", help="YAML file of config fields; flags override it")
-    train.add_argument("--resume", metavar="RUN_DIR",
-                       help="continue the run in RUN_DIR from its latest checkpoint (same run id, counters go on)")
-    add_config_flags(train)
+    add_train_parser(sub)
 
     ev = sub.add_parser("eval", help="run a trained policy and print its return statistics as JSON")
     ev.add_argument("--run-dir", required=True, help="directory of a finished or running run")
