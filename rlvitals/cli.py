@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from .config import ConfigError, TrainConfig, build_config
+from .config import ConfigError, TrainConfig, build_config, coerce
 from .train_parser import add_train_parser
 
 EXIT_USAGE = 2
@@ -145,11 +145,12 @@ def resume_config(args: argparse.Namespace) -> tuple[TrainConfig, dict]:
         raise ConfigError(str(exc)) from None
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
                  if getattr(args, f.name) is not None}
-    for name in overrides:
-        if name not in RESUMABLE_FIELDS:
-            raise ConfigError(f"{name} cannot change when resuming (it would be a different run); "
-                              f"changeable: {', '.join(sorted(RESUMABLE_FIELDS))}")
     saved = {k: v for k, v in state["config"].items()}
+    for name, raw in overrides.items():
+        run_has = coerce(name, saved.get(name, getattr(TrainConfig(), name)))
+        if name not in RESUMABLE_FIELDS and coerce(name, raw) != run_has:  # repeating the run's value is fine
+            raise ConfigError(f"{name} cannot change when resuming (the run has {name}={run_has!r}; another value "
+                              f"would make it a different run); changeable: {', '.join(sorted(RESUMABLE_FIELDS))}")
     saved.update(overrides)
     saved["run_dir"] = str(path)
     return build_config(None, saved), state

@@ -116,6 +116,7 @@ def add_train_parser(sub) -> argparse.ArgumentParser:
                            formatter_class=TrainHelpFormatter)
     train.add_argument("--config", metavar="FILE", help="YAML file of config fields; flags override it")
     train.add_argument("--resume", metavar="RUN_DIR",
-                       help="continue the run in RUN_DIR from its latest checkpoint (same run id, counters go on)")
+                       help="continue the run in RUN_DIR from its latest checkpoint (same run id, counters go on); "
+                            "options that would make it a different run are refused unless they repeat its value")
     add_config_flags(train)
     return train

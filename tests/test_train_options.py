@@ -10,9 +10,12 @@ import dataclasses
 import functools
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+import yaml
 from test_cli import cli_env, finish, start
+from test_resume_validation import snapshot
 
 from rlvitals.cli import build_parser, main, train_config_from_args
 from rlvitals.config import TrainConfig, field_docs, field_types
@@ -151,3 +154,42 @@ def test_switches_override_the_config_file_both_ways(tmp_path):
     cfg = parsed("--config", config, "--no-sync", "--progress", "--anneal-lr", "on")
     assert (cfg.sync, cfg.progress, cfg.tensorboard, cfg.anneal_lr) == (False, True, True, True)
     assert parsed("--config", config, "--sync", "false").sync is False
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory) -> Path:
+    """A finished 64-step CartPole run (no sync, progress on), made by the real command."""
+    run_dir = tmp_path_factory.mktemp("resume") / "run"
+    result = finish(start(["train", "--run-dir", run_dir, "--num-envs", "4", "--rollout-length", "16",
+                           "--num-minibatches", "2", "--update-epochs", "1", "--total-env-steps", "64",
+                           "--verbosity", "off", "--no-sync", "--progress", "--device", "cpu"],
+                          run_dir.parent))
+    assert result.returncode == 0, result.stderr
+    return run_dir
+
+
+def test_resume_refuses_a_switch_that_changes_the_run_and_says_what_it_has(short_run, capsys):
+    before = snapshot(short_run)
+    capsys.readouterr()
+    code = main(["train", "--resume", str(short_run), "--total-env-steps", "128", "--sync"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert len(err.splitlines()) == 1 and "sync cannot change when resuming (the run has sync=False" in err, err
+    assert snapshot(short_run) == before
+
+
+@pytest.mark.slow
+def test_resume_takes_switches_that_repeat_the_run_or_may_change(short_run):
+    """`--no-sync` repeats the run's value, `--no-progress` is a setting a resume may change."""
+    result = finish(start(["train", "--resume", short_run, "--total-env-steps", "128", "--no-sync",
+                           "--no-progress", "--mode", "local"], short_run.parent))
+    assert result.returncode == 0, result.stderr
+    config = yaml.safe_load((short_run / "config.yaml").read_text())
+    assert (config["sync"], config["progress"], config["total_env_steps"]) == (False, False, 128)
+
+
+def test_resume_refuses_the_config_file_as_before(short_run, tmp_path, capsys):
+    (tmp_path / "c.yaml").write_text("sync: true\n")
+    capsys.readouterr()
+    code = main(["train", "--resume", str(short_run), "--config", str(tmp_path / "c.yaml")])
+    assert code == 2 and "--config cannot be combined with --resume" in capsys.readouterr().err
