@@ -53,6 +53,10 @@ class TrainConfig:
     # --- environment ---
     env: str = "CartPole-v1"
     """Gymnasium id of the environment, or `module:EnvId` to import the module that registers it first."""
+    env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Keyword arguments for the env's constructor, as `gym.make(env, **env_kwargs)`, for every env of the run
+    (actors, checks, eval): JSON or YAML on the command line (`--env-kwargs '{"g": 9.81}'`), a mapping in a config
+    file; an empty one passes none."""
     atari_episodic_life: bool = False
     """Atari: end an episode (terminated) when a life is lost."""
     atari_reward_clipping: bool = True
@@ -197,6 +201,9 @@ class TrainConfig:
             if not (math.isfinite(value) and value >= 0):
                 raise ConfigError(f"{name}={value!r} is invalid: expected a finite number >= 0")
         parse_resources(self.actor_resources)
+        from .env_kwargs import parse_env_kwargs
+
+        parse_env_kwargs(self.env_kwargs)  # names the env refuses are found where it is built
         _positive_float("startup_timeout_seconds", self.startup_timeout_seconds)
         for name in ("value_coef", "entropy_coef"):
             value = getattr(self, name)
@@ -280,6 +287,10 @@ def coerce(name: str, raw: Any) -> Any:
     """Turn a YAML or command-line value into the field's type, or raise ConfigError."""
     hint = field_types()[name]
     text = str(raw)
+    if hint == dict[str, Any]:
+        from .env_kwargs import parse_env_kwargs
+
+        return parse_env_kwargs(raw)  # its own one-line errors
     try:
         if hint is bool:
             if isinstance(raw, bool):

@@ -13,6 +13,7 @@ import ast
 import dataclasses
 import inspect
 import re
+from typing import get_origin
 
 from .config import MODES, VERBOSITY_LEVELS, TrainConfig, field_docs, field_types
 
@@ -105,6 +106,8 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
                 kwargs["choices"] = MODES
             if types[name] is bool:
                 kwargs.update(action=SwitchAction, metavar="BOOL")
+            elif get_origin(types[name]) is dict:
+                kwargs["metavar"] = "MAPPING"
             elif "choices" not in kwargs:
                 kwargs["metavar"] = {int: "N", float: "X", float | None: "X"}.get(types[name], "VALUE")
             group.add_argument(_flag(name), *ALIASES.get(name, []), **kwargs)
