@@ -47,7 +47,8 @@ def build_parser() -> Parser:
                            "without a value come last (default -final_return)")
     runs.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE",
                       help="keep runs whose column or config field equals VALUE, compared as the field's type "
-                           "(learning_rate=1e-3 finds 0.001, sync=yes finds true, hidden_sizes=64,64); repeatable")
+                           "(learning_rate=1e-3 finds 0.001, sync=yes finds true, hidden_sizes=64,64); FIELD.KEY "
+                           "reaches inside a mapping field (env_kwargs.g=9.81); repeatable")
     runs.add_argument("--top", type=int, default=0, help="show only the first N rows")
     runs.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
 

@@ -17,11 +17,12 @@ from rlvitals.cli import main
 from rlvitals.config import TrainConfig
 
 RUNS = {  # name: (config fields, mean_return_last_100 or None for a run without summary.json)
-    "lr-big": ({"learning_rate": 0.0025, "gamma": 0.9, "hidden_sizes": (128, 128), "sync": True, "seed": 1}, 200.0),
-    "lr-small": ({"learning_rate": 0.001, "seed": 2}, 100.0),
+    "lr-big": ({"learning_rate": 0.0025, "gamma": 0.9, "hidden_sizes": (128, 128), "sync": True, "seed": 1,
+                "env_kwargs": {"g": 2, "wind": {"speed": 1.5}}}, 200.0),
+    "lr-small": ({"learning_rate": 0.001, "seed": 2, "env_kwargs": {"g": 9.81}}, 100.0),
     "old": ({"learning_rate": 0.01, "seed": 3}, None),
 }
-OLDER_THAN = ("gamma", "sync", "hidden_sizes")
+OLDER_THAN = ("gamma", "sync", "hidden_sizes", "env_kwargs")
 """Fields the `old` run's config.yaml lacks: it ran with their defaults."""
 
 
@@ -62,9 +63,24 @@ def listed(runs_dir: Path, capsys, *flags: str) -> list[str]:
     ("return_threshold=none", ["lr-big", "lr-small", "old"]),
     ("final_return=200", ["lr-big"]),               # a column: 200 finds 200.0
     ("algorithm=ppo", ["lr-big", "lr-small", "old"]),
+    ("env_kwargs.g=9.81", ["lr-small"]),            # a key inside a mapping field
+    ("env_kwargs.g=2.0", ["lr-big"]),               # 2.0 finds 2
+    ("env_kwargs.wind.speed=1.5", ["lr-big"]),
+    ("env_kwargs={g: 9.81}", ["lr-small"]),         # the whole mapping, as JSON or YAML
+    ('env_kwargs={"g": 2, "wind": {"speed": 1.5}}', ["lr-big"]),
+    ("env_kwargs={}", ["old"]),                     # a run older than the field had none
+    ("env_kwargs.g=null", ["old"]),                 # the key is not set
 ], ids=lambda value: value if isinstance(value, str) else None)
 def test_filter_compares_as_the_field_is_typed(runs_dir, capsys, flt, expected):
     assert listed(runs_dir, capsys, "--filter", flt, "--sort", "seed") == expected
+
+
+def test_env_kwargs_is_a_difference_like_any_config_field(runs_dir, capsys):
+    capsys.readouterr()
+    assert main(["runs", str(runs_dir), "--json", "--sort", "seed"]) == 0
+    differences = {row["run"]: row["differences"] for row in json.loads(capsys.readouterr().out)}
+    assert "env_kwargs={'g': 2, 'wind': {'speed': 1.5}}" in differences["lr-big"]
+    assert "env_kwargs={'g': 9.81}" in differences["lr-small"]
 
 
 def test_filters_combine(runs_dir, capsys):
@@ -81,6 +97,8 @@ def test_filters_combine(runs_dir, capsys):
     ("-hidden_sizes", ["lr-big", "lr-small", "old"]),
     ("-final_return", ["lr-big", "lr-small", "old"]),      # the run without a summary last, either way
     ("final_return", ["lr-small", "lr-big", "old"]),
+    ("env_kwargs.g", ["lr-big", "lr-small", "old"]),       # the run without the key last
+    ("-env_kwargs.g", ["lr-small", "lr-big", "old"]),
 ])
 def test_sort_by_any_config_field(runs_dir, capsys, sort, expected):
     assert listed(runs_dir, capsys, f"--sort={sort}") == expected
