@@ -23,6 +23,8 @@ from .envs import AUTORESET_MODE, EnvError
 INSTALL_HINT = "pip install rlvitals[atari]"
 FRAME_SKIP, FRAME_STACK, SCREEN_SIZE, NOOP_MAX = 4, 4, 84, 30
 _LEGACY_ID = re.compile(r"^[A-Z][A-Za-z]*(NoFrameskip|Deterministic)?-v[04]$")
+ENV_KWARGS = ("repeat_action_probability", "full_action_space", "max_num_frames_per_episode")
+"""What `env_kwargs` may set for an ALE id (what the id itself sets); the preprocessing above is fixed."""
 
 
 @dataclass(frozen=True)
@@ -85,15 +87,19 @@ def game_name(spec: gym.envs.registration.EnvSpec) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
-def make_atari_vector_env(env_id: str, num_envs: int, options: AtariOptions | None = None) -> gym.vector.VectorEnv:
-    """`num_envs` preprocessed copies of an ALE game in NEXT_STEP autoreset mode."""
+def make_atari_vector_env(env_id: str, num_envs: int, options: AtariOptions | None = None,
+                          env_kwargs: dict | None = None) -> gym.vector.VectorEnv:
+    """`num_envs` preprocessed copies of an ALE game in NEXT_STEP autoreset mode; `env_kwargs` from ENV_KWARGS."""
     options = options or AtariOptions()
     spec = gym.spec(env_id)
     native = native_available() if options.native is None else options.native
     if native and not native_available():
         raise EnvError(f"env={env_id!r}: ale-py {_ale_version()} has no native vector env; "
                        "expected ale-py>=0.11 or native=False")
-    return _native(spec, num_envs, options) if native else _wrapped(env_id, num_envs, options)
+    env_kwargs = dict(env_kwargs or {})
+    if native:
+        return _native(spec, num_envs, options, {**spec.kwargs, **env_kwargs})
+    return _wrapped(env_id, num_envs, options, env_kwargs)
 
 
 def _ale_version() -> str:
@@ -102,7 +108,8 @@ def _ale_version() -> str:
     return getattr(ale_py, "__version__", "?")
 
 
-def _native(spec, num_envs: int, options: AtariOptions) -> gym.vector.VectorEnv:
+def _native(spec, num_envs: int, options: AtariOptions, settings: dict) -> gym.vector.VectorEnv:
+    """`settings`: the id's own arguments, with the run's env_kwargs over them."""
     from ale_py.vector_env import AtariVectorEnv
 
     class _OwnMetadata(AtariVectorEnv):
@@ -117,9 +124,9 @@ def _native(spec, num_envs: int, options: AtariOptions) -> gym.vector.VectorEnv:
     env = _OwnMetadata(
         game_name(spec), num_envs, autoreset_mode=AUTORESET_MODE,
         num_threads=options.num_threads or min(num_envs, cpus),
-        repeat_action_probability=float(spec.kwargs.get("repeat_action_probability", 0.25)),
-        full_action_space=bool(spec.kwargs.get("full_action_space", False)),
-        max_num_frames_per_episode=int(spec.kwargs.get("max_num_frames_per_episode") or 108_000),
+        repeat_action_probability=float(settings.get("repeat_action_probability", 0.25)),
+        full_action_space=bool(settings.get("full_action_space", False)),
+        max_num_frames_per_episode=int(settings.get("max_num_frames_per_episode") or 108_000),
         img_height=SCREEN_SIZE, img_width=SCREEN_SIZE, grayscale=True, stack_num=FRAME_STACK,
         frameskip=FRAME_SKIP, maxpool=True, noop_max=NOOP_MAX, use_fire_reset=True,
         episodic_life=options.episodic_life, reward_clipping=options.reward_clipping)
@@ -144,7 +151,7 @@ class FireReset(gym.Wrapper):
         return obs, info
 
 
-def _wrapped(env_id: str, num_envs: int, options: AtariOptions) -> gym.vector.VectorEnv:
+def _wrapped(env_id: str, num_envs: int, options: AtariOptions, env_kwargs: dict) -> gym.vector.VectorEnv:
     from gymnasium.wrappers import AtariPreprocessing, ClipReward, FrameStackObservation
 
     try:
@@ -155,7 +162,7 @@ def _wrapped(env_id: str, num_envs: int, options: AtariOptions) -> gym.vector.Ve
                        "or ale-py>=0.11") from None
 
     def make():
-        env = gym.make(env_id, frameskip=1)  # AtariPreprocessing does the skipping and max-pooling
+        env = gym.make(env_id, frameskip=1, **env_kwargs)  # AtariPreprocessing does the skipping and max-pooling
         env = AtariPreprocessing(env, noop_max=NOOP_MAX, frame_skip=FRAME_SKIP, screen_size=SCREEN_SIZE,
                                  terminal_on_life_loss=options.episodic_life, grayscale_obs=True, scale_obs=False)
         env = FireReset(env)

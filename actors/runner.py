@@ -46,11 +46,11 @@ class EnvRunner:
     """
 
     def __init__(self, env_id: str, num_envs: int, seed: int, actor_id: int = 0, atari_options=None,
-                 return_discount: float | None = None):
+                 return_discount: float | None = None, env_kwargs: dict | None = None):
         self.env_id = env_id
         self.seed = int(seed)
         self.actor_id = actor_id
-        self.env = make_vector_env(env_id, num_envs, atari_options)
+        self.env = make_vector_env(env_id, num_envs, atari_options, env_kwargs)
         self.num_envs = num_envs
         self.obs_space = self.env.single_observation_space
         self.action_space = self.env.single_action_space

@@ -13,7 +13,8 @@ import os
 import sys
 from pathlib import Path
 
-from .config import MODES, VERBOSITY_LEVELS, ConfigError, TrainConfig, build_config, field_docs, field_types
+from .config import ConfigError, TrainConfig, build_config, coerce
+from .train_parser import add_train_parser
 
 EXIT_USAGE = 2
 
@@ -27,40 +28,11 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-ALIASES = {"num_envs": ["--envs-per-actor"]}
-"""Second names for config flags, where another name reads better in a given mode."""
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per TrainConfig field; help text from the field's docstring."""
-    docs = field_docs()
-    types = field_types()
-    for f in dataclasses.fields(TrainConfig):
-        kwargs = {"dest": f.name, "default": None, "help": docs.get(f.name, "")}
-        if f.name == "verbosity":
-            kwargs["choices"] = VERBOSITY_LEVELS
-        if f.name == "mode":
-            kwargs["choices"] = MODES
-        metavar = {bool: "BOOL", int: "N", float: "X"}.get(types[f.name], "VALUE")
-        if types[f.name] is bool:  # `--tensorboard` alone means `--tensorboard true`
-            kwargs.update(nargs="?", const="true")
-        flags = [_flag(f.name)] + ALIASES.get(f.name, [])
-        parser.add_argument(*flags, metavar=metavar if "choices" not in kwargs else None, **kwargs)
-
-
 def build_parser() -> Parser:
     parser = Parser(prog="rlvitals", description="Actor-learner RL that tells you where it hurts.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
-    train = sub.add_parser("train", help="train an agent (local or Ray mode)")
-    train.add_argument("--config", metavar="FILE", help="YAML file of config fields; flags override it")
-    train.add_argument("--resume", metavar="RUN_DIR",
-                       help="continue the run in RUN_DIR from its latest checkpoint (same run id, counters go on)")
-    add_config_flags(train)
+    add_train_parser(sub)
 
     ev = sub.add_parser("eval", help="run a trained policy and print its return statistics as JSON")
     ev.add_argument("--run-dir", required=True, help="directory of a finished or running run")
@@ -70,10 +42,13 @@ def build_parser() -> Parser:
 
     runs = sub.add_parser("runs", help="list the runs under a directory as a table")
     runs.add_argument("directory", help="directory holding run directories (searched recursively)")
-    runs.add_argument("--sort", default="-final_return",
-                      help="column to sort by; prefix with - for descending (default -final_return)")
-    runs.add_argument("--filter", action="append", default=[], metavar="COLUMN=VALUE",
-                      help="keep rows whose column equals VALUE (repeatable)")
+    runs.add_argument("--sort", default="-final_return", metavar="KEY",
+                      help="column or config field to sort by (e.g. -gamma); prefix with - for descending; runs "
+                           "without a value come last (default -final_return)")
+    runs.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE",
+                      help="keep runs whose column or config field equals VALUE, compared as the field's type "
+                           "(learning_rate=1e-3 finds 0.001, sync=yes finds true, hidden_sizes=64,64); FIELD.KEY "
+                           "reaches inside a mapping field (env_kwargs.g=9.81); repeatable")
     runs.add_argument("--top", type=int, default=0, help="show only the first N rows")
     runs.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
 
@@ -171,11 +146,12 @@ def resume_config(args: argparse.Namespace) -> tuple[TrainConfig, dict]:
         raise ConfigError(str(exc)) from None
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
                  if getattr(args, f.name) is not None}
-    for name in overrides:
-        if name not in RESUMABLE_FIELDS:
-            raise ConfigError(f"{name} cannot change when resuming (it would be a different run); "
-                              f"changeable: {', '.join(sorted(RESUMABLE_FIELDS))}")
     saved = {k: v for k, v in state["config"].items()}
+    for name, raw in overrides.items():
+        run_has = coerce(name, saved.get(name, getattr(TrainConfig(), name)))
+        if name not in RESUMABLE_FIELDS and coerce(name, raw) != run_has:  # repeating the run's value is fine
+            raise ConfigError(f"{name} cannot change when resuming (the run has {name}={run_has!r}; another value "
+                              f"would make it a different run); changeable: {', '.join(sorted(RESUMABLE_FIELDS))}")
     saved.update(overrides)
     saved["run_dir"] = str(path)
     return build_config(None, saved), state

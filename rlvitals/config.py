@@ -38,9 +38,7 @@ so that no run made before becomes impossible to resume or evaluate."""
 
 @dataclass
 class TrainConfig:
-    # --- what to run ---
-    env: str = "CartPole-v1"
-    """Gymnasium id of the environment, or `module:EnvId` to import the module that registers it first."""
+    # --- run ---
     mode: str = "local"
     """`local`: actor and learner in one deterministic process; `ray`: actors spread over a Ray cluster."""
     agent: str = "ppo"
@@ -52,11 +50,19 @@ class TrainConfig:
     total_env_steps: int = 200_000
     """Agent steps to collect before the run stops (summed over all envs, reset transitions excluded)."""
 
-    # --- actors ---
+    # --- environment ---
+    env: str = "CartPole-v1"
+    """Gymnasium id of the environment, or `module:EnvId` to import the module that registers it first."""
+    env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Keyword arguments for the env's constructor, as `gym.make(env, **env_kwargs)`, for every env of the run
+    (actors, checks, eval): JSON or YAML on the command line (`--env-kwargs '{"g": 9.81}'`), a mapping in a config
+    file; an empty one passes none."""
     atari_episodic_life: bool = False
     """Atari: end an episode (terminated) when a life is lost."""
     atari_reward_clipping: bool = True
     """Atari: clip rewards to [-1, 1] (reported returns are then clipped too)."""
+
+    # --- actors ---
     num_envs: int = 32
     """Environments stepped together by one actor; policy inference is batched over them."""
     rollout_length: int = 128
@@ -84,7 +90,7 @@ class TrainConfig:
     startup_timeout_seconds: float = 60.0
     """Ray mode: how long actors may take to start before the run stops with what was asked and what exists."""
 
-    # --- learner: PPO with V-trace correction ---
+    # --- PPO with V-trace correction ---
     learning_rate: float = 2.5e-3
     """Adam learning rate."""
     anneal_lr: bool = True
@@ -119,6 +125,8 @@ class TrainConfig:
     """V-trace rho-bar: truncation of the importance weight on the TD error of stale samples."""
     vtrace_c_clip: float = 1.0
     """V-trace c-bar: truncation of the importance weights that carry corrections backwards in time."""
+
+    # --- network and device ---
     hidden_sizes: tuple[int, ...] = (64, 64)
     """Widths of the hidden layers of the vector-observation trunk."""
     image_network: str = "nature"
@@ -193,6 +201,9 @@ class TrainConfig:
             if not (math.isfinite(value) and value >= 0):
                 raise ConfigError(f"{name}={value!r} is invalid: expected a finite number >= 0")
         parse_resources(self.actor_resources)
+        from .env_kwargs import parse_env_kwargs
+
+        parse_env_kwargs(self.env_kwargs)  # names the env refuses are found where it is built
         _positive_float("startup_timeout_seconds", self.startup_timeout_seconds)
         for name in ("value_coef", "entropy_coef"):
             value = getattr(self, name)
@@ -276,6 +287,10 @@ def coerce(name: str, raw: Any) -> Any:
     """Turn a YAML or command-line value into the field's type, or raise ConfigError."""
     hint = field_types()[name]
     text = str(raw)
+    if hint == dict[str, Any]:
+        from .env_kwargs import parse_env_kwargs
+
+        return parse_env_kwargs(raw)  # its own one-line errors
     try:
         if hint is bool:
             if isinstance(raw, bool):

@@ -7,6 +7,11 @@ them). Credentials come from the environment only: GRAFANA_TOKEN (a service
 account token, sent as a Bearer token) or GRAFANA_USER and GRAFANA_PASSWORD
 (basic auth). Credentials inside the URL are refused, so they never end up in
 shell history or a file in the repository.
+
+Exit codes: 0 pushed; 1 Grafana could not be reached or refused a request
+(one line saying why: nothing listening, a host that does not resolve, no
+answer within --timeout, an HTTP error); 2 bad input (the URL, the timeout,
+missing credentials).
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import argparse
 import json
 import math
 import os
+import socket
+import ssl
 import sys
 from pathlib import Path
 from urllib.parse import urlparse
@@ -57,15 +64,58 @@ def check_url(url: str | None) -> str:
     return url.rstrip("/")
 
 
-def _explain(exc: Exception, url: str) -> PushError:
+def _causes(exc: BaseException):
+    """`exc` and every exception behind it: the HTTP client wraps urllib3's, which wraps the socket's."""
+    seen, pending = set(), [exc]
+    while pending:
+        current = pending.pop(0)
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        reason = getattr(current, "reason", None)
+        pending += [a for a in (reason, *getattr(current, "args", ())) if isinstance(a, BaseException)]
+        pending += [current.__cause__, current.__context__]
+
+
+def _unreachable(exc: Exception, url: str, timeout: float) -> str | None:
+    """Why nothing answered at `url`, in words, from the socket-level cause; None when it is not that."""
+    parsed = urlparse(url)
+    where = f"{parsed.hostname}:{parsed.port or (443 if parsed.scheme == 'https' else 80)}"
+    for cause in _causes(exc):
+        if isinstance(cause, ConnectionRefusedError):
+            return f"nothing is listening at {where} (connection refused): is Grafana running?"
+        if isinstance(cause, socket.gaierror):
+            return f"host {parsed.hostname!r} does not resolve ({_words(cause)}): check --url"
+        if isinstance(cause, TimeoutError):
+            return f"no answer from {where} within {timeout:g} s (--timeout): is Grafana running there?"
+        if isinstance(cause, ssl.SSLError):
+            return f"the TLS handshake with {where} failed ({cause.reason or _words(cause)}): check --url's scheme"
+    last_os_error = next((c for c in _causes(exc) if isinstance(c, OSError) and c.strerror), None)
+    if last_os_error is not None:
+        return f"cannot connect to {where} ({last_os_error.strerror})"
+    return None
+
+
+def _words(error: OSError) -> str:
+    return error.strerror or str(error.args[0] if error.args else error)
+
+
+def _explain(exc: Exception, url: str, timeout: float) -> PushError:
     from grafana_client.client import GrafanaException
 
-    if isinstance(exc, GrafanaException):
+    unreachable = _unreachable(exc, url, timeout)
+    if unreachable is not None:
+        return PushError(f"cannot reach Grafana at {url}: {unreachable}")
+    if isinstance(exc, GrafanaException) and exc.status_code:
         hint = {401: f"Grafana refused the credentials; {CREDENTIALS_HELP}",
                 403: "the credentials lack permission to write dashboards and folders (needs the Editor or Admin role)",
                 404: "no Grafana HTTP API there: check --url (and any sub-path Grafana is served under)"}
         return PushError(f"Grafana at {url} answered HTTP {exc.status_code}: {hint.get(exc.status_code, exc.message)}")
-    return PushError(f"cannot reach Grafana at {url}: {type(exc).__name__}: {str(exc)[:200]}")
+    innermost = list(_causes(exc))[-1]  # the outer ones repeat it inside the HTTP library's own wording
+    said = " ".join(str(innermost).split())
+    return PushError(f"cannot reach Grafana at {url}: {type(innermost).__name__}: "
+                     f"{said if len(said) <= 200 else said[:200] + '...'}")
 
 
 def push(url: str, files: list[Path], folder_title: str = FOLDER_TITLE, folder_uid: str = FOLDER_UID,
@@ -97,7 +147,7 @@ def push(url: str, files: list[Path], folder_title: str = FOLDER_TITLE, folder_u
     except PushError:
         raise
     except Exception as exc:  # the client raises its own errors and the HTTP library's
-        raise _explain(exc, url) from None
+        raise _explain(exc, url, timeout) from None
 
 
 def add_parser(sub) -> None:

@@ -23,7 +23,8 @@ def _raised(cfg, what: str, exc: BaseException, caught: list | None = None) -> E
     """One line; gymnasium's own warning about the same call, where it gave one, says more than the exception."""
     said = next((_plain(w.message) for w in caught or () if "reset" in str(w.message) or "step" in str(w.message)),
                 "")
-    return EnvError(f"env={cfg.env!r} is unusable: {what} raised {type(exc).__name__}: {exc}"
+    given = f" with env_kwargs={cfg.env_kwargs!r}" if cfg.env_kwargs else ""  # they may be why
+    return EnvError(f"env={cfg.env!r} is unusable{given}: {what} raised {type(exc).__name__}: {exc}"
                     + (f" (gymnasium: {said})" if said else ""))
 
 
@@ -44,7 +45,7 @@ def check_env_usable(cfg, atari_options=None):
 
 def _try_env(cfg, atari_options, caught: list):
     try:
-        env = make_vector_env(cfg.env, 1, atari_options)
+        env = make_vector_env(cfg.env, 1, atari_options, cfg.env_kwargs)
     except EnvError:
         raise
     except (Exception, SystemExit) as exc:  # the env's constructor is user code

@@ -56,7 +56,8 @@ def evaluate_run(run_dir: str, episodes: int, greedy: bool = False, seed: int = 
     net.seed(seed)
     from .training import atari_options
 
-    runner = EnvRunner(cfg.env, min(episodes, 16), seed=seed, atari_options=atari_options(cfg))
+    runner = EnvRunner(cfg.env, min(episodes, 16), seed=seed, atari_options=atari_options(cfg),
+                       env_kwargs=cfg.env_kwargs)
     policy = GreedyPolicy(net) if greedy else net
     returns: list[float] = []
     try:

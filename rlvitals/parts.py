@@ -46,7 +46,7 @@ def env_spaces(cfg: TrainConfig):
     """(observation space, action space) of one env of the config, from a throwaway vector env."""
     from rlvitals.actors.envs import make_vector_env
 
-    env = make_vector_env(cfg.env, 1)
+    env = make_vector_env(cfg.env, 1, env_kwargs=cfg.env_kwargs)
     try:
         return env.single_observation_space, env.single_action_space
     finally:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 from pathlib import Path
+from typing import get_origin
 
 import yaml
 
-from .config import RETIRED_FIELDS, TrainConfig
+from .config import RETIRED_FIELDS, ConfigError, TrainConfig, coerce, field_types
 from .status import status_and_cause
 
 IDENTITY = ("env", "agent", "seed", "mode", "run_dir", "total_env_steps", "progress", "metrics_port",
@@ -64,25 +66,100 @@ def rows(runs: list[dict]) -> tuple[list[dict], list[str]]:
     return out, varying
 
 
-def _matches(row: dict, flt: str) -> bool:
-    key, sep, value = flt.partition("=")
-    if not sep or key not in row:
-        raise ValueError(f"--filter {flt!r} is invalid: expected COLUMN=VALUE with COLUMN one of {', '.join(row)}")
-    return str(row[key]) == value
+_ABSENT = object()  # a key missing from a run's mapping field
+_FIELD_TYPES = field_types()
+_DEFAULTS = TrainConfig().to_dict()
+
+
+class _Key:
+    """What --filter and --sort name: a column of the table, a config field, or FIELD.KEY inside a mapping field."""
+
+    def __init__(self, name: str, columns, flag: str, given: str):
+        self.name, self.field, self.path = name, None, ()
+        field, _, inner = name.partition(".")
+        if name in _FIELD_TYPES:
+            self.field = name
+        elif inner and get_origin(_FIELD_TYPES.get(field)) is dict:
+            self.field, self.path = field, tuple(inner.split("."))
+        elif name not in columns:
+            mappings = [f for f, hint in _FIELD_TYPES.items() if get_origin(hint) is dict]
+            close = difflib.get_close_matches(name, [*columns, *_FIELD_TYPES], n=2)
+            raise ValueError(
+                f"{flag} {given!r} is invalid: {name!r} is neither a column nor a config field"
+                + (f" (did you mean {' or '.join(close)}?)" if close else "")
+                + f"; expected a column ({', '.join(columns)}) or a config field ({', '.join(_FIELD_TYPES)})"
+                + (f", or FIELD.KEY inside {' or '.join(mappings)}" if mappings else ""))
+
+    def value(self, row: dict, config: dict):
+        """The run's value, typed as the config field is (a run older than the field has its default)."""
+        if self.field is None:
+            return row.get(self.name)
+        value = config.get(self.field, _DEFAULTS[self.field])
+        try:
+            value = coerce(self.field, value)
+        except ConfigError:  # written by another version or by hand: compared as it is
+            pass
+        for step in self.path:
+            value = value.get(step, _ABSENT) if isinstance(value, dict) else _ABSENT
+        return None if value is _ABSENT else value
+
+    def wanted(self, text: str, given: str):
+        """A --filter value as the key's values are typed: 1e-3 equals 0.001, true equals yes, 64,64 a tuple."""
+        try:
+            if self.path:
+                return yaml.safe_load(text)
+            return coerce(self.field, text) if self.field else text
+        except (ConfigError, yaml.YAMLError) as exc:
+            raise ValueError(f"--filter {given!r}: {' '.join(str(exc).split())}") from None
+
+
+def _equal(value, wanted, typed: bool) -> bool:
+    if typed:  # both sides have the field's type (or, inside a mapping, YAML's)
+        return value == wanted
+    if str(value) == wanted:
+        return True
+    try:  # a table column: 200 finds 200.0
+        return value is not None and float(value) == float(wanted)
+    except (TypeError, ValueError):
+        return False
+
+
+def _order(value) -> tuple:
+    """A sort key every value has, whatever its type: numbers, then text, then lists of numbers, then the rest."""
+    if isinstance(value, (bool, int, float)):
+        return (0, float(value))
+    if isinstance(value, str):
+        return (1, value)
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (int, float)) for v in value):
+        return (2, tuple(float(v) for v in value))
+    return (3, json.dumps(value, sort_keys=True, default=str))
+
+
+def select(table: list[dict], configs: list[dict], sort: str, filters=()) -> list[dict]:
+    """The rows whose runs pass every KEY=VALUE filter, sorted by KEY (-KEY: descending); runs lacking it last."""
+    if not table:
+        return table
+    columns = list(table[0])
+    runs = list(zip(table, configs, strict=True))
+    for flt in filters:
+        name, sep, text = flt.partition("=")
+        if not sep:
+            raise ValueError(f"--filter {flt!r} is invalid: expected KEY=VALUE with KEY a column "
+                             f"({', '.join(columns)}) or a config field")
+        key = _Key(name, columns, "--filter", flt)
+        wanted = key.wanted(text, flt)
+        runs = [(row, config) for row, config in runs if _equal(key.value(row, config), wanted, key.field is not None)]
+    key = _Key(sort.lstrip("-"), columns, "--sort", sort)
+    valued = [(key.value(row, config), row) for row, config in runs]
+    present = sorted(((value, row) for value, row in valued if value is not None), key=lambda pair: _order(pair[0]),
+                     reverse=sort.startswith("-"))
+    return [row for _, row in present] + [row for value, row in valued if value is None]
 
 
 def list_runs(directory: str, sort: str = "-final_return", filters=(), top: int = 0, as_json: bool = False) -> str:
-    table, _ = rows(collect(directory))
-    if table:
-        for flt in filters:
-            table = [r for r in table if _matches(r, flt)] if table else table
-    key = sort.lstrip("-")
-    if table and key not in table[0]:
-        raise ValueError(f"--sort {sort!r} is invalid: expected a column: {', '.join(table[0])}")
-    present = [r for r in table if r.get(key) is not None]
-    missing = [r for r in table if r.get(key) is None]
-    present.sort(key=lambda r: r[key], reverse=sort.startswith("-"))
-    table = present + missing
+    runs = collect(directory)
+    table, _ = rows(runs)
+    table = select(table, [r["config"] for r in runs], sort, filters)
     if top > 0:
         table = table[:top]
     if as_json:

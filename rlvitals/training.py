@@ -73,7 +73,7 @@ def train_local(cfg: TrainConfig, archive: RunArchive, telemetry=None, stop=None
     # A resumed run cannot recover its envs' internal state; fresh seeds avoid replaying old episodes.
     episode_seed = env_seed(cfg.seed, 0) + (resume["tracker"]["env_steps"] if resume else 0)
     runner = EnvRunner(cfg.env, cfg.num_envs, episode_seed, atari_options=atari_options(cfg),
-                       return_discount=return_discount(cfg))
+                       return_discount=return_discount(cfg), env_kwargs=cfg.env_kwargs)
     try:
         run = Run.build(cfg, archive, runner.obs_space, runner.action_space, telemetry, stop, resume, observers)
         return run.drive(LocalRollouts(run, runner))

@@ -46,7 +46,7 @@ class RolloutWorker:
         # Native Atari envs run threads of their own: no more than the CPUs Ray reserved for us.
         self.runner = EnvRunner(cfg.env, cfg.num_envs, env_seed(cfg.seed, actor_id), actor_id,
                                 atari_options=atari_options(cfg, threads=max(1, int(cfg.actor_cpus))),
-                                return_discount=return_discount(cfg))
+                                return_discount=return_discount(cfg), env_kwargs=cfg.env_kwargs)
         self.net = make_network(cfg, self.runner.obs_space, self.runner.action_space)
         self.net.seed(seed_for_actor(cfg.seed, actor_id))
         self.agent = make_agent(cfg, self.runner, self.net)

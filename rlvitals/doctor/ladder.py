@@ -218,7 +218,7 @@ def initial_network(cfg: TrainConfig):
 
     from ..training import make_network, seed_everything
 
-    runner = EnvRunner(cfg.env, 1, seed=0)
+    runner = EnvRunner(cfg.env, 1, seed=0, env_kwargs=cfg.env_kwargs)
     try:
         seed_everything(cfg.seed, cfg.torch_threads)
         net = make_network(cfg, runner.obs_space, runner.action_space)

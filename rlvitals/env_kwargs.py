@@ -1,0 +1,59 @@
+"""`env_kwargs`: keyword arguments for the env's constructor, as a config field.
+
+On the command line it is JSON or YAML text (`--env-kwargs '{"g": 9.81}'`), in a config file a
+mapping. Either way it must be a mapping of argument names to plain values, so that it can be
+written into config.yaml and the checkpoint, sent to Ray actors, and read back by `rlvitals eval`
+and `rlvitals runs` as the same value. Which names the env takes is checked where the env is
+built (rlvitals.actors.envs.check_env_kwargs), against its constructor.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from .config import ConfigError, _NoAliasLoader
+
+EXPECTED = ("expected a mapping of the env constructor's argument names to values, as JSON or YAML, "
+            "e.g. '{\"g\": 9.81}'")
+PLAIN = (str, int, float, bool, type(None))
+
+
+def parse_env_kwargs(raw: Any) -> dict[str, Any]:
+    """The mapping `raw` (a mapping, or its JSON or YAML text; empty or null: none) holds; ConfigError otherwise."""
+    value = _parsed(raw) if isinstance(raw, str) else raw
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"env_kwargs={raw!r} is invalid: {EXPECTED}")
+    for key, item in value.items():
+        if not (isinstance(key, str) and key.isidentifier()):
+            raise ConfigError(f"env_kwargs={raw!r} is invalid: {key!r} is not an argument name; {EXPECTED}")
+        if not _plain(item):
+            raise ConfigError(f"env_kwargs={raw!r} is invalid: the value of {key!r} is a {type(item).__name__}; "
+                              "expected strings, numbers, true/false, null, and lists and mappings of them")
+    return dict(value)
+
+
+def _parsed(text: str) -> Any:
+    if not text.strip():
+        return None
+    try:  # JSON first: YAML 1.1 reads 1e-3 as text, JSON as a number
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        return yaml.load(text, Loader=_NoAliasLoader)
+    except yaml.YAMLError:
+        raise ConfigError(f"env_kwargs={text!r} is not valid JSON or YAML; {EXPECTED}") from None
+
+
+def _plain(value: Any) -> bool:
+    """Whether config.yaml, a weights-only checkpoint and Ray all carry `value` unchanged."""
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return isinstance(value, PLAIN)
