@@ -1,7 +1,7 @@
-"""checkpoints/: latest.pt, best.pt and the last keep_checkpoints update-<N>.pt.
+"""checkpoints/: latest.pt, best.pt and the last keep_checkpoints update-<N>.pt; `rlvitals eval --checkpoint`.
 
 The archive's rules on real files (which checkpoint is best, what is pruned, what a resume puts back),
-then a real CartPole run and its resume through the command.
+then a real CartPole run and its resume through the command, and eval of its checkpoints by name and path.
 """
 
 from __future__ import annotations
@@ -133,6 +133,12 @@ def resumed_run(tmp_path_factory) -> tuple[Path, int]:
     return run, ended
 
 
+@pytest.fixture(scope="module")
+def run(resumed_run) -> Path:
+    return resumed_run[0]
+
+
+@pytest.mark.slow
 def test_a_run_keeps_latest_best_and_its_newest_update_file_through_a_resume(resumed_run):
     run, first_ended = resumed_run
     summary = json.loads((run / "summary.json").read_text())
@@ -149,3 +155,28 @@ def test_a_run_keeps_latest_best_and_its_newest_update_file_through_a_resume(res
     assert best["best"]["updates"] == best["tracker"]["updates"]
     assert best["best"]["mean_return_last_100"] == pytest.approx(highest)
     assert best["tracker"]["updates"] == min(u for u in written if rows[u]["mean_return_last_100"] == highest)
+
+
+@pytest.mark.slow
+def test_eval_takes_a_checkpoint_by_name_or_path_and_acts_greedily_unless_asked_to_sample(run):
+    best = load(run / "checkpoints" / "best.pt")["tracker"]["updates"]
+    latest = load(run / "checkpoints" / "latest.pt")["tracker"]["updates"]
+    path = run / "checkpoints" / f"update-{latest}.pt"
+    calls = {"best": ["--run-dir", run, "--checkpoint", "best"],
+             "path, sampled": ["--checkpoint", path, "--sample"],
+             "latest, --greedy": ["--run-dir", run, "--greedy"]}
+    procs = {name: subprocess.Popen(CLI + ["eval", "--episodes", "2", *map(str, args)], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True) for name, args in calls.items()}
+    results = {}
+    for name, proc in procs.items():
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err
+        results[name] = json.loads(out)
+    assert (results["best"]["checkpoint"], results["best"]["checkpoint_updates"]) == \
+        (str(run / "checkpoints" / "best.pt"), best)
+    assert results["best"]["greedy"] is True and results["best"]["run_dir"] == str(run)
+    assert (results["path, sampled"]["checkpoint"], results["path, sampled"]["checkpoint_updates"]) == \
+        (str(path), latest)
+    assert results["path, sampled"]["greedy"] is False and results["path, sampled"]["run_dir"] is None
+    assert results["latest, --greedy"]["greedy"] is True
+    assert results["latest, --greedy"]["checkpoint"] == str(run / "checkpoints" / "latest.pt")
