@@ -20,7 +20,7 @@ RESUMABLE_FIELDS = {"total_env_steps", "verbosity", "metrics_port", "metrics_hos
                     "log_interval_seconds", "checkpoint_interval", "address", "num_actors",
                     "actor_cpus", "actor_gpus", "actor_resources", "rollouts_in_flight", "max_nonfinite_batches",
                     "return_threshold", "stop_at_threshold", "startup_timeout_seconds", "device", "run_dir",
-                    "tensorboard", "group_readable"}
+                    "tensorboard", "group_readable", "keep_checkpoints"}
 
 
 def rng_state(net, learner) -> dict:
@@ -62,7 +62,7 @@ def save_checkpoint(archive: RunArchive, cfg, net, learner, tracker, telemetry) 
         "learner_state": learner.extra_state(),  # the run's reward scale and noise-scale averages
         "rng": rng_state(net, learner),
         "telemetry": telemetry.state(),
-    })
+    }, mean_return=tracker.mean_return())  # judges best.pt
 
 
 def check_resumable(run_dir, state: dict) -> None:

@@ -35,9 +35,14 @@ def build_parser() -> Parser:
     add_train_parser(sub)
 
     ev = sub.add_parser("eval", help="run a trained policy and print its return statistics as JSON")
-    ev.add_argument("--run-dir", required=True, help="directory of a finished or running run")
+    ev.add_argument("--run-dir", help="directory of a finished or running run (not needed for a checkpoint path)")
+    ev.add_argument("--checkpoint", default="latest", metavar="PATH_OR_NAME",
+                    help="latest (default), best or update-<N> of --run-dir, or a path to a checkpoint file")
     ev.add_argument("--episodes", type=int, default=10, help="episodes to run (> 0)")
-    ev.add_argument("--greedy", action="store_true", help="take the most likely action instead of sampling")
+    acting = ev.add_mutually_exclusive_group()
+    acting.add_argument("--sample", action="store_true", help="sample actions from the policy instead of acting "
+                                                              "greedily (the most likely action, the Gaussian's mean)")
+    acting.add_argument("--greedy", action="store_true", help="act greedily: the default, accepted for older scripts")
     ev.add_argument("--seed", type=int, default=12345, help="seed of the evaluation envs")
 
     runs = sub.add_parser("runs", help="list the runs under a directory as a table")
@@ -207,7 +212,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from .evaluate import evaluate_run
 
     try:
-        result = evaluate_run(args.run_dir, args.episodes, greedy=args.greedy, seed=args.seed)
+        result = evaluate_run(args.run_dir, args.episodes, greedy=not args.sample, seed=args.seed,
+                              checkpoint=args.checkpoint)
     except (ValueError, OSError) as exc:
         raise UsageError(str(exc)) from None
     print(json.dumps(result))

@@ -157,6 +157,9 @@ class TrainConfig:
     """Seconds between refreshes of the progress display."""
     checkpoint_interval: int = 500
     """Learner steps between checkpoints (a final one is always written)."""
+    keep_checkpoints: int = 3
+    """Checkpoints kept as checkpoints/update-<N>.pt besides latest.pt and best.pt (the highest mean return of the
+    last 100 episodes at a checkpoint write); older ones are removed, 0 keeps none."""
     return_threshold: float | None = None
     """Mean return over the last 100 episodes that counts as solved; its time is reported in summary.json."""
     stop_at_threshold: bool = False
@@ -220,6 +223,10 @@ class TrainConfig:
             raise ConfigError(
                 f"num_minibatches={self.num_minibatches} is invalid: it must divide the batch "
                 f"num_envs*rollout_length={self.batch_size}")
+        if isinstance(self.keep_checkpoints, bool) or not isinstance(self.keep_checkpoints, int) \
+                or self.keep_checkpoints < 0:
+            raise ConfigError(f"keep_checkpoints={self.keep_checkpoints!r} is invalid: expected an integer >= 0 "
+                              "(0: latest.pt and best.pt only)")
         if not (0 <= self.metrics_port <= 65535):
             raise ConfigError(f"metrics_port={self.metrics_port} is invalid: expected 0 (any free port) to 65535")
         if not self.env or not isinstance(self.env, str):

@@ -1,30 +1,47 @@
-"""Evaluate a run's latest checkpoint: `rlvitals eval`."""
+"""Load a run's checkpoint and evaluate it: `rlvitals eval`, and what `rlvitals.load_policy` builds on."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
+import gymnasium as gym
 import numpy as np
 import torch
 
 from rlvitals.actors.runner import EnvRunner
+from rlvitals.learner.networks import ActorCritic
 
-from .archive import RunArchive
-from .config import ConfigError, build_config
+from .archive import read_checkpoint, resolve_checkpoint
+from .archive.checkpoints import NAME
+from .config import ConfigError, TrainConfig, build_config
 
 
-def load_network(run_dir: str):
-    """(config, network) from a run directory's latest checkpoint; ConfigError (one line) when it cannot be used."""
+class LoadedCheckpoint(NamedTuple):
+    cfg: TrainConfig
+    net: ActorCritic
+    path: Path
+    updates: int | None
+    """Batches the run had taken when the checkpoint was written."""
+    observation_space: gym.Space
+    action_space: gym.Space
+
+
+def open_checkpoint(run_dir: str | Path | None, checkpoint: str = "latest") -> LoadedCheckpoint:
+    """A checkpoint's config and network, in eval mode; ConfigError or ValueError (one line) when unusable.
+
+    `checkpoint` is latest, best or update-<N> of `run_dir`, or a path to a checkpoint file (run_dir
+    then may be None). The env is built and stepped once, and the network must fit its spaces.
+    """
     from .checkpoint import check_network_fits
     from .env_preflight import check_env_usable
     from .training import atari_options, make_network
     from .validate import check_checkpoint_content
 
-    path = Path(run_dir)
-    if not (path / "config.yaml").is_file():
-        raise ValueError(f"run_dir={run_dir!r} is invalid: no config.yaml there; expected a run directory")
-    ckpt = path / "checkpoints" / "latest.pt"
-    state = RunArchive(path).load_checkpoint()
+    if run_dir is not None and NAME.match(checkpoint) and not (Path(run_dir) / "config.yaml").is_file():
+        raise ValueError(f"run_dir={str(run_dir)!r} is invalid: no config.yaml there; expected a run directory")
+    ckpt = resolve_checkpoint(run_dir, checkpoint)
+    state = read_checkpoint(ckpt)
     check_checkpoint_content(ckpt, state, parts=("config", "network"))
     try:  # defaults for fields newer than the run; retired fields dropped; unknown ones refused
         cfg = build_config(None, state["config"])
@@ -35,10 +52,19 @@ def load_network(run_dir: str):
     net = make_network(cfg, obs_space, action_space)
     net.load_state_dict(state["network"])
     net.eval()
-    return cfg, net
+    updates = state["tracker"].get("updates") if isinstance(state.get("tracker"), dict) else None
+    return LoadedCheckpoint(cfg, net, ckpt, updates, obs_space, action_space)
+
+
+def load_network(run_dir: str | Path | None, checkpoint: str = "latest") -> tuple[TrainConfig, ActorCritic]:
+    """(config, network) of a run's checkpoint (its latest by default): `open_checkpoint` without the file's facts."""
+    loaded = open_checkpoint(run_dir, checkpoint)
+    return loaded.cfg, loaded.net
 
 
 class GreedyPolicy:
+    """The network acting greedily: the most likely action (discrete), the Gaussian's mean (continuous)."""
+
     def __init__(self, net):
         self.net, self.age = net, net.age
 
@@ -50,15 +76,23 @@ class GreedyPolicy:
         return actions, params, dist.log_prob(params, actions)
 
 
-def evaluate_run(run_dir: str, episodes: int, greedy: bool = False, seed: int = 12345) -> dict:
-    cfg, net = load_network(run_dir)
+def acting(net, greedy: bool):
+    """What acts for eval and `Policy.predict`: the greedy policy, or the network sampling from its distribution."""
+    return GreedyPolicy(net) if greedy else net
+
+
+def evaluate_run(run_dir: str | None, episodes: int, greedy: bool = True, seed: int = 12345,
+                 checkpoint: str = "latest") -> dict:
+    """Return statistics of `episodes` episodes of a checkpoint (acting greedily unless `greedy` is False)."""
+    loaded = open_checkpoint(run_dir, checkpoint)
+    cfg, net = loaded.cfg, loaded.net
     torch.manual_seed(seed)
     net.seed(seed)
     from .training import atari_options
 
     runner = EnvRunner(cfg.env, min(episodes, 16), seed=seed, atari_options=atari_options(cfg),
                        env_kwargs=cfg.env_kwargs)
-    policy = GreedyPolicy(net) if greedy else net
+    policy = acting(net, greedy)
     returns: list[float] = []
     try:
         while len(returns) < episodes:
@@ -66,5 +100,6 @@ def evaluate_run(run_dir: str, episodes: int, greedy: bool = False, seed: int = 
     finally:
         runner.close()
     r = np.asarray(returns[:episodes])
-    return {"run_dir": str(run_dir), "env": cfg.env, "episodes": int(r.size), "greedy": greedy,
+    return {"run_dir": None if run_dir is None else str(run_dir), "checkpoint": str(loaded.path),
+            "checkpoint_updates": loaded.updates, "env": cfg.env, "episodes": int(r.size), "greedy": greedy,
             "mean": float(r.mean()), "std": float(r.std()), "min": float(r.min()), "max": float(r.max())}

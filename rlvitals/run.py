@@ -259,7 +259,8 @@ def open_archive(cfg: TrainConfig, argv: list[str], resume: dict | None = None):
         archive = RunArchive.create(cfg.run_dir, cfg.to_dict(), argv)
     else:
         archive = RunArchive(cfg.run_dir)
-        archive.note_resume(argv, resume["tracker"]["env_steps"], cfg.to_dict(), updates=resume["tracker"]["updates"])
+        archive.note_resume(argv, resume["tracker"]["env_steps"], cfg.to_dict(), updates=resume["tracker"]["updates"],
+                            best=resume.get("best"))
     try:
         yield archive
     except BaseException as exc:

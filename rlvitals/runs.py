@@ -14,7 +14,7 @@ from .config import RETIRED_FIELDS, ConfigError, TrainConfig, coerce, field_type
 from .status import status_and_cause
 
 IDENTITY = ("env", "agent", "seed", "mode", "run_dir", "total_env_steps", "progress", "metrics_port",
-            "metrics_host", "log_interval_seconds", "checkpoint_interval",
+            "metrics_host", "log_interval_seconds", "checkpoint_interval", "keep_checkpoints",
             "return_threshold", "stop_at_threshold", "verbosity", "group_readable",
             *RETIRED_FIELDS)  # older runs' config.yaml holds them; they never set anything
 

@@ -11,9 +11,18 @@ from .run import open_archive, start_run_telemetry, train
 
 def stop_on_sigterm():
     """SIGTERM and SIGINT stop the run (rlvitals/signals.py): the first after its update, a second one, or
-    an env step that blocks the first, at once; the run archive is written either way."""
+    an env step that blocks the first, at once; the run archive is written either way.
+
+    Only the main thread receives signals: a run started in another thread (`rlvitals.train` called from
+    a worker thread) runs to its end with no stop().
+    """
+    import contextlib
+    import threading
+
     from .signals import stop_requests
 
+    if threading.current_thread() is not threading.main_thread():
+        return contextlib.nullcontext(None)
     return stop_requests()
 
 

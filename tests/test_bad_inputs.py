@@ -87,6 +87,7 @@ CASES = [
     train("gamma-inf", ["--gamma", "inf"], ["gamma=inf", "[0, 1]"]),
     train("empty-env", ["--env", ""], ["env=''"]),
     train("metrics-port-negative", ["--metrics-port", "-1"], ["metrics_port=-1", "65535"]),
+    train("keep-checkpoints-negative", ["--keep-checkpoints", "-1"], ["keep_checkpoints=-1", ">= 0"]),
     # where the run would live and talk
     train("metrics-host-unresolvable", ["--metrics-host", "bogus.invalid"], ["metrics_host='bogus.invalid'",
                                                                             "does not resolve"]),
@@ -164,6 +165,22 @@ CASES = [
          ["--episodes=100000000000", "1000000"], run="cartpole"),
     Case("eval-seed-negative", ["eval", "--run-dir", "{copy}", "--episodes", "1", "--seed", "-1"],
          ["--seed=-1", "4294967295"], run="cartpole"),
+    # eval --checkpoint: a file that is not there, not a checkpoint, or not for the env as it is now
+    Case("eval-checkpoint-missing", ["eval", "--checkpoint", "{scratch}/no-such.pt"],
+         ["no-such.pt'", "does not exist", "latest, best or update-<N>"]),
+    Case("eval-checkpoint-name-without-run-dir", ["eval", "--checkpoint", "best"], ["checkpoint='best'", "--run-dir"]),
+    Case("eval-checkpoint-name-not-in-run", ["eval", "--run-dir", "{copy}", "--checkpoint", "update-999999"],
+         ["checkpoint='update-999999'", "(there: latest, best, update-"], run="cartpole"),
+    Case("eval-checkpoint-is-a-directory", ["eval", "--checkpoint", "{scratch}/empty-dir"],
+         ["empty-dir'", "is a directory"]),
+    Case("eval-checkpoint-a-yaml-file", ["eval", "--checkpoint", "{scratch}/seed-1e30.yaml"],
+         ["seed-1e30.yaml'", "not an rlvitals checkpoint"]),
+    Case("eval-checkpoint-foreign-torch-file", ["eval", "--checkpoint", "{scratch}/foreign.pt"],
+         ["foreign.pt'", "not an rlvitals checkpoint"]),
+    Case("eval-checkpoint-path-observation-shape-changed", ["eval", "--checkpoint", "{copy}/checkpoints/best.pt"],
+         ["best.pt'", "does not fit env 'shaped:Shaped-v0'", "(7,)"], env={"SHAPED_PAD": "3"}, run="shaped"),
+    Case("eval-sample-and-greedy", ["eval", "--run-dir", "{copy}", "--sample", "--greedy"], ["--greedy", "--sample"],
+         run="cartpole"),
     # the other commands
     Case("stack-prometheus-port-negative", ["stack", "up", "--prometheus-port", "-1", "--state-dir", "state"],
          ["--prometheus-port=-1", "1 to 65535"]),
@@ -198,6 +215,7 @@ def make_scratch(root: Path) -> None:
     (root / "a-file").write_text("not a directory\n")
     (root / "empty-dir").mkdir()
     (root / "shaped.py").write_text(SHAPED_ENV)
+    torch.save({"weights": torch.zeros(3)}, root / "foreign.pt")  # a torch file, not a checkpoint
 
 
 @dataclass
@@ -243,6 +261,7 @@ def outcomes(tmp_path_factory) -> dict[str, Outcome]:
         return {o.case.id: o for o in pool.map(lambda case: run_case(case, scratch, trained), CASES)}
 
 
+@pytest.mark.timeout(900)  # the first case sets up the whole table: 70 subprocesses, 3 at a time (7 min at load 12)
 @pytest.mark.parametrize("case_id", [case.id for case in CASES])
 def test_bad_input_is_one_line_exit_2_and_leaves_nothing(outcomes, case_id):
     outcome = outcomes[case_id]

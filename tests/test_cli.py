@@ -293,6 +293,8 @@ def test_eval_prints_one_json_object(two_runs):
     assert len(lines) == 1, r.stdout
     result = json.loads(lines[0])
     assert result["episodes"] == 3 and result["env"] == "CartPole-v1"
+    assert result["greedy"] is True, "eval acts greedily by default"
+    assert result["checkpoint"] == str(two_runs.a / "checkpoints" / "latest.pt")
     assert 1 <= result["min"] <= result["mean"] <= result["max"] <= 500
     assert result["std"] >= 0
     assert result["min"] < result["max"] or result["std"] == 0

@@ -5,7 +5,7 @@ Layout of a run directory:
   meta.json       run id, command line, code version, package versions, host
   metrics.jsonl   one JSON row of metric values per update at first, then thinned (rlvitals/rows.py)
   summary.json    written once at the end
-  checkpoints/    latest.pt (atomic: temp file, fsync, rename)
+  checkpoints/    latest.pt, best.pt and the last keep_checkpoints update-<N>.pt (checkpoints.py)
   discovery/      file_sd target files of the run's live processes (`<component>-<pid>-<port>.json`)
   .lock           held (flock) by the one process writing the run; names its pid
 
@@ -26,20 +26,16 @@ import socket
 import sys
 import time
 import uuid
-import warnings
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from .checkpoints import BEST, CHECKPOINT_FORMAT, LATEST, place_as, prune_updates, read_checkpoint, update_file
 from .cleanup import remove_dead_targets, remove_temporaries, trim_metrics
 from .files import ArchiveWriteError, atomic_write_bytes, file_mode, folder_mode, make_folder, set_tree_mode
 from .lock import lock_run_dir
 from .provenance import code_version, package_versions
-
-CHECKPOINT_FORMAT = "rlvitals-checkpoint-v1"
-CHECKPOINT_KEYS = ("config", "network", "optimizer", "age", "tracker", "learner", "rng")
-"""What every checkpoint holds (later versions add keys; none of these go)."""
 
 
 def default_run_dir(env_id: str, seed: int, parent: str = "runs") -> str:
@@ -74,6 +70,9 @@ class RunArchive:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.folder_mode: int | None = None  # the run's permissions (files.folder_mode), set by create/note_resume
+        self.keep_checkpoints = 0  # update-<N>.pt files kept (the config's keep_checkpoints), set likewise
+        self.best: dict | None = None
+        """What best.pt is: {"updates", "mean_return_last_100"} (None: no best.pt yet)."""
         self._metrics: int | None = None  # fd of metrics.jsonl, opened for appending
         self._lock_fd: int | None = None
         self.write_error: ArchiveWriteError | None = None
@@ -100,6 +99,7 @@ class RunArchive:
         """A new run directory, locked, owner-only unless `config["group_readable"]`; config.yaml and meta.json."""
         archive = cls(run_dir)
         archive.folder_mode = folder_mode(bool(config.get("group_readable")))
+        archive.keep_checkpoints = int(config.get("keep_checkpoints", 0))
         archive.path.parent.mkdir(parents=True, exist_ok=True)
         make_folder(archive.path, archive.folder_mode)
         archive.lock()
@@ -118,19 +118,26 @@ class RunArchive:
         atomic_write_bytes(archive.path / "meta.json", json.dumps(meta, indent=2).encode())
         return archive
 
-    def note_resume(self, argv: list[str], env_steps: int, config: dict[str, Any], updates: int | None = None) -> None:
+    def note_resume(self, argv: list[str], env_steps: int, config: dict[str, Any], updates: int | None = None,
+                    best: dict | None = None) -> None:
         """Take the lock, put the directory back as the checkpoint left it, record the resume in meta.json
         (same run id) and the config it continues with.
 
         Back as the checkpoint left it: temporaries of interrupted writes and discovery files of
         the dead processes removed, metrics.jsonl cut to the rows up to the checkpoint's update
-        (`updates`; where not given, its env steps), so update numbers never repeat.
+        (`updates`; where not given, its env steps), so update numbers never repeat; best.pt and
+        update-<N>.pt as the checkpoint's own record (`best`) and keep_checkpoints say, in case the
+        run was killed between writing latest.pt and placing them.
         """
         self.lock()
         self.folder_mode = folder_mode(bool(config.get("group_readable")))
         set_tree_mode(self.path, self.folder_mode)  # the resumed run's setting, for what is there and what comes
+        self.keep_checkpoints = int(config.get("keep_checkpoints", 0))
         self.last_checkpoint_updates = updates
         removed = self.remove_leftovers()
+        if updates is not None:
+            self._place_beside_latest(updates, is_best=bool(best) and best.get("updates") == updates)
+        self.best = best
         rows_removed = trim_metrics(self.path / "metrics.jsonl", updates=updates, env_steps=env_steps)
         meta = self.meta
         meta.setdefault("resumes", []).append({"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -192,24 +199,46 @@ class RunArchive:
             return
         self.summary_written = True
 
-    def save_checkpoint(self, state: dict[str, Any]) -> Path:
+    def save_checkpoint(self, state: dict[str, Any], mean_return: float | None = None) -> Path:
+        """Write latest.pt; then best.pt when `mean_return` (of the last 100 episodes) beats best.pt's, and
+        update-<N>.pt, pruned to the newest keep_checkpoints (checkpoints.py). The checkpoint records
+        which one best.pt is, so a resume goes on judging against it."""
         import io
 
         import torch
 
-        path = self.path / "checkpoints" / "latest.pt"
+        path = self.path / "checkpoints" / f"{LATEST}.pt"
         if self.write_error is not None:
             return path  # a write already failed: the run is ending, the last good checkpoint stays as it is
+        updates = (state.get("tracker") or {}).get("updates")
+        record = self.best or {}
+        is_best = (record.get("mean_return_last_100") is None
+                   or record.get("updates") == updates  # the same update written again (the final checkpoint)
+                   or (mean_return is not None and mean_return > record["mean_return_last_100"]))
+        best = {"updates": updates, "mean_return_last_100": mean_return} if is_best else self.best
         buffer = io.BytesIO()
-        torch.save({"format": CHECKPOINT_FORMAT, **state}, buffer)
+        torch.save({"format": CHECKPOINT_FORMAT, **state, "best": best}, buffer)
+        data = buffer.getvalue()
         try:
-            atomic_write_bytes(path, buffer.getvalue())
+            atomic_write_bytes(path, data)
+            self.last_checkpoint_updates = updates
+            self.checkpoints_written += 1
+            self._place_beside_latest(updates, is_best, data)
         except ArchiveWriteError as error:
             self._failed(error)
             return path
-        self.last_checkpoint_updates = (state.get("tracker") or {}).get("updates")
-        self.checkpoints_written += 1
+        self.best = best
         return path
+
+    def _place_beside_latest(self, updates: int, is_best: bool, data: bytes | None = None) -> None:
+        """best.pt (when latest.pt is the best) and update-<N>.pt as latest.pt, then the old update files pruned."""
+        folder = self.path / "checkpoints"
+        latest = folder / f"{LATEST}.pt"
+        if self.keep_checkpoints > 0:
+            place_as(latest, folder / update_file(updates), data)
+        if is_best:
+            place_as(latest, folder / f"{BEST}.pt", data)
+        prune_updates(folder, self.keep_checkpoints)
 
     def outcome(self) -> str:
         """What is on disk now, in words: the last checkpoint and whether summary.json was written."""
@@ -226,26 +255,11 @@ class RunArchive:
         return f"{text}, {summary}, run directory {self.path}"
 
     def load_checkpoint(self) -> dict[str, Any]:
-        import torch
-
-        path = self.path / "checkpoints" / "latest.pt"
-        try:
-            with warnings.catch_warnings():  # torch's remarks on foreign pickles: the one line below says it all
-                warnings.simplefilter("ignore")
-                state = torch.load(path, map_location="cpu", weights_only=True)
-        except FileNotFoundError:
-            raise ValueError(f"run_dir={str(self.path)!r} has no checkpoint at {path}") from None
-        except IsADirectoryError:
-            raise ValueError(f"checkpoint {str(path)!r} is a directory, not an rlvitals checkpoint") from None
-        except Exception:  # torn, foreign, or holding objects other than tensors and plain data (never unpickled)
-            raise ValueError(f"checkpoint {str(path)!r} is not an rlvitals checkpoint: it is truncated, corrupt, "
-                             "or holds objects other than tensors and plain data, which are never loaded") from None
-        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"checkpoint {str(path)!r} is not an rlvitals checkpoint")
-        missing = [key for key in CHECKPOINT_KEYS if key not in state]
-        if missing:
-            raise ValueError(f"checkpoint {str(path)!r} is incomplete: it lacks {', '.join(missing)}")
-        return state
+        """latest.pt (what a resume reads); ValueError (one line) when it is missing or not a checkpoint."""
+        path = self.path / "checkpoints" / f"{LATEST}.pt"
+        if not path.exists() and not path.is_symlink():
+            raise ValueError(f"run_dir={str(self.path)!r} has no checkpoint at {path}")
+        return read_checkpoint(path)
 
     def close(self) -> None:
         """Close metrics.jsonl, remove discovery files of processes that are gone, set the run's permissions

@@ -122,11 +122,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_folder(path.parent)
     except BaseException as exc:  # a failed write, or a stop arriving mid-write: no temporary file stays
         try:
             tmp.unlink(missing_ok=True)
@@ -135,3 +131,12 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         if isinstance(exc, OSError):
             raise ArchiveWriteError(path, len(data), exc) from None
         raise
+
+
+def fsync_folder(folder: Path) -> None:
+    """Make a rename or link in `folder` durable: fsync of the folder itself."""
+    dir_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
