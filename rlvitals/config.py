@@ -17,6 +17,8 @@ from typing import Any, get_type_hints
 
 import yaml
 
+from .config_yaml import AliasRefused, ConfigLoader
+
 VERBOSITY_LEVELS = ("off", "minimal", "standard", "debug")
 MODES = ("local", "ray")
 AGENTS = ("ppo", "random", "fixed")
@@ -333,32 +335,16 @@ def coerce(name: str, raw: Any) -> Any:
         raise ConfigError(f"{name}={raw!r} is invalid: expected {kind}") from None
 
 
-class _AliasRefused(yaml.YAMLError):
-    pass
-
-
-class _NoAliasLoader(yaml.SafeLoader):
-    """A safe loader that refuses anchors and aliases: a config needs none, and nested aliases expand
-    exponentially ("billion laughs") when the value is later walked."""
-
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent) or getattr(self.peek_event(), "anchor", None):
-            mark = self.peek_event().start_mark
-            raise _AliasRefused(f"an anchor or alias at line {mark.line + 1}; expected plain field: value "
-                                 "pairs (anchors and aliases are not accepted)")
-        return super().compose_node(parent, index)
-
-
 def load_yaml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     try:
-        data = yaml.load(p.read_bytes().decode("utf-8"), Loader=_NoAliasLoader)
+        data = yaml.load(p.read_bytes().decode("utf-8"), Loader=ConfigLoader)
     except OSError as exc:
         raise ConfigError(f"config file {str(path)!r} is unreadable: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"config file {str(path)!r} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at "
                           f"offset {exc.start}); expected a YAML file of field: value lines") from None
-    except _AliasRefused as exc:
+    except AliasRefused as exc:
         raise ConfigError(f"config file {str(path)!r} is invalid: {exc}") from None
     except yaml.YAMLError as exc:
         line = getattr(getattr(exc, "problem_mark", None), "line", None)

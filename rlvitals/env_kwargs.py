@@ -14,7 +14,8 @@ from typing import Any
 
 import yaml
 
-from .config import ConfigError, _NoAliasLoader
+from .config import ConfigError
+from .config_yaml import ConfigLoader
 
 EXPECTED = ("expected a mapping of the env constructor's argument names to values, as JSON or YAML, "
             "e.g. '{\"g\": 9.81}'")
@@ -45,7 +46,7 @@ def _parsed(text: str) -> Any:
     except ValueError:
         pass
     try:
-        return yaml.load(text, Loader=_NoAliasLoader)
+        return yaml.load(text, Loader=ConfigLoader)
     except yaml.YAMLError:
         raise ConfigError(f"env_kwargs={text!r} is not valid JSON or YAML; {EXPECTED}") from None
 

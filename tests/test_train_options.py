@@ -156,6 +156,17 @@ def test_switches_override_the_config_file_both_ways(tmp_path):
     assert parsed("--config", config, "--sync", "false").sync is False
 
 
+def test_a_config_file_is_read_with_yaml_1_2_scalars(tmp_path):
+    """YAML 1.1 reads off/no/on as booleans and 1e-3 as text: `verbosity: off` was refused as 'False', and a
+    float written 1e-3 reached the env as the string '1e-3'."""
+    config = tmp_path / "run.yaml"
+    config.write_text("verbosity: off\nsync: yes\nprogress: off\nlearning_rate: 1e-3\n"
+                      "env_kwargs: {g: 1e-3, name: no, on_off: true}\n")
+    cfg = parsed("--config", config)
+    assert (cfg.verbosity, cfg.sync, cfg.progress, cfg.learning_rate) == ("off", True, False, 0.001)
+    assert cfg.env_kwargs == {"g": 0.001, "name": "no", "on_off": True}
+
+
 @pytest.fixture(scope="module")
 def short_run(tmp_path_factory) -> Path:
     """A finished 64-step CartPole run (no sync, progress on), made by the real command."""
