@@ -311,8 +311,10 @@ def coerce(name: str, raw: Any) -> Any:
                 return False
             raise ValueError
         if hint is int:
-            if isinstance(raw, float) and raw.is_integer():
-                return int(raw)
+            if isinstance(raw, float):   # a YAML number such as 1e3; beyond 2**53 a float is no exact integer
+                if raw.is_integer() and abs(raw) < 2**53:
+                    return int(raw)
+                raise ValueError
             if isinstance(raw, bool):
                 raise ValueError
             return int(text.replace("_", ""))
