@@ -25,11 +25,12 @@ from rlvitals.telemetry.rules import BY_RULE
 pytestmark = pytest.mark.slow
 
 RUN_BUGS = ["value_head_no_gradient", "observations_one_step_early", "preprocessing_learner_only",
-            "kl_compares_the_wrong_distributions", "learning_rate_100x", "advantages_normalised_wrong_shape",
-            "entropy_bonus_sign_flipped", "policy_ratio_inverted", "value_loss_ascends", "gradients_never_zeroed",
-            "actions_stored_one_step_late", "actor_parameters_not_loaded"]
-# discount_ignored (about 55 s to its verdict), rollouts_kept_forever and the Ray-mode bug run in
-# bench/diagnosis.py with every other planted bug.
+            "kl_compares_the_wrong_distributions", "learning_rate_100x", "entropy_bonus_sign_flipped",
+            "actor_parameters_not_loaded"]
+# One planted bug per component this channel names (value, actor, preprocessing, telemetry, optimizer,
+# policy, weight-sync), within the suite's time. bench/diagnosis.py runs every planted bug: the other
+# policy, value, optimizer and actor bugs, discount_ignored (about 55 s to its verdict),
+# rollouts_kept_forever and the Ray bug whose weights are never republished.
 
 
 @pytest.mark.parametrize("name", RUN_BUGS)

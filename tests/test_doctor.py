@@ -159,8 +159,14 @@ def doctor_with(plant, **request) -> list:
         return run_doctor(DoctorRequest(seed=0, **request), quiet=True)
 
 
+SUITE_PLANTED = ["learning_rate_100x", "optimizer_state_reset_every_step", "preprocessing_in_the_learner_only",
+                 "observations_paired_with_the_next_step", "truncation_as_termination"]
+"""The causes that all failed Probe 2 before the pattern table, and the time-limit probe's bug; bench/diagnosis.py
+(--doctor all) puts every planted bug through the doctor."""
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("bug", list(PLANTED))
+@pytest.mark.parametrize("bug", SUITE_PLANTED)
 def test_planted_bug_is_pinned_on_its_component(bug):
     plant, component, rule = PLANTED[bug]
     verdicts = doctor_with(plant)

@@ -214,10 +214,10 @@ def test_request_larger_than_the_cluster_is_refused_within_seconds(ray_address, 
 
 def test_actor_killed_every_few_seconds_never_stops_the_run_or_loses_count(ray_address, tmp_path):
     run_dir = tmp_path / "run"
-    proc = _start_two_actor_run(ray_address, run_dir, 1_500_000)
+    proc = _start_two_actor_run(ray_address, run_dir, 800_000)
     kills = 0
-    end = time.monotonic() + 90  # a restart takes 5-12 s on 2 cores: 8 of them need more than a minute
-    while kills < 8 and time.monotonic() < end and proc.poll() is None:
+    end = time.monotonic() + 60  # a restart takes 5-12 s on 2 cores; bench-length runs of more kills: soak
+    while kills < 4 and time.monotonic() < end and proc.poll() is None:
         # Kill only an incarnation that has fully started (its endpoint is registered): one killed
         # while still importing never becomes visible to anyone, so no counter could see it.
         before = _actor_pids(run_dir)
@@ -232,8 +232,8 @@ def test_actor_killed_every_few_seconds_never_stops_the_run_or_loses_count(ray_a
     assert proc.poll() is None, "the run ended before the kills were done; make it longer"
     summary, _ = finish(proc, timeout=300)
     samples = summary["samples"]
-    assert summary["status"] == "completed" and kills == 8
+    assert summary["status"] == "completed" and kills == 4
     assert kills - 1 <= summary["actor_restarts"] <= kills, (kills, summary)
     accounted = samples["learned"] + sum(samples["dropped"].values()) + samples["in_flight"]
     assert samples["produced"] == accounted, samples
-    assert samples["learned"] >= 1_500_000 * 0.9
+    assert samples["learned"] >= 800_000 * 0.9
