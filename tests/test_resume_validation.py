@@ -80,12 +80,16 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     (root / "shaped.py").write_text(SHAPED_ENV)
     shaped_env = {"PYTHONPATH": str(root)}
-    made = {}
+    made, started = {}, {}
     for name, env_id, extra in [("cartpole_a", "CartPole-v1", {}), ("cartpole_b", "CartPole-v1", {}),
                                 ("acrobot", "Acrobot-v1", {}), ("shaped", "shaped:Shaped-v0", shaped_env)]:
-        proc = cli(["train", "--env", env_id, "--total-env-steps", "1000", "--run-dir", str(root / name), *SMALL],
-                   env=extra)
-        assert proc.returncode == 0, proc.stderr
+        # side by side: each is mostly interpreter start-up
+        started[name] = subprocess.Popen(
+            CLI + ["train", "--env", env_id, "--total-env-steps", "1000", "--run-dir", str(root / name), *SMALL],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **extra})
+    for name, proc in started.items():
+        _, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err
         made[name] = root / name
     made["root"] = root
     return made
