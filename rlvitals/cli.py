@@ -71,6 +71,9 @@ def build_parser() -> Parser:
     doctor.add_argument("--env", metavar="ENV",
                         help="check this env (gymnasium id or module:EnvId) with the random and fixed probe agents "
                              "instead of running the ladder (add --config to run the ladder too)")
+    doctor.add_argument("--env-kwargs", metavar="MAPPING",
+                        help="with --env: keyword arguments for its constructor, a JSON or YAML mapping "
+                             "(default: the --config file's env_kwargs when it trains the same env)")
     doctor.add_argument("--max-episode-steps", type=int, metavar="N",
                         help="with --env: steps within which every episode must end (default: the env's time limit, "
                              "else 10000)")
@@ -109,11 +112,20 @@ def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 
 def preflight(cfg: TrainConfig, fresh_dir: bool = True) -> None:
-    """Everything that can be checked before anything is written, cheapest first."""
+    """Everything that can be checked before anything is written, cheapest first: a wrong path, port or
+    address is answered before the env is built or torch is imported (seconds on a small machine)."""
+    from .validate import check_metrics_address, check_ray_address, check_run_dir_creatable
+
+    if fresh_dir:
+        check_run_dir_creatable(cfg.run_dir)
+    if cfg.verbosity != "off":
+        check_metrics_address(cfg.metrics_host, cfg.metrics_port)
+    if cfg.mode == "ray":
+        check_ray_address(cfg.address)
+
     from .env_preflight import check_env_usable
     from .limits import check_memory
     from .training import atari_options, resolve_device
-    from .validate import check_metrics_address, check_run_dir_creatable
 
     obs_space, action_space = check_env_usable(cfg, atari_options(cfg))  # built, reset and stepped once
     check_memory(cfg, obs_space, action_space)
@@ -121,15 +133,10 @@ def preflight(cfg: TrainConfig, fresh_dir: bool = True) -> None:
         resolve_device(cfg)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    if fresh_dir:
-        check_run_dir_creatable(cfg.run_dir)
-    if cfg.verbosity != "off":
-        check_metrics_address(cfg.metrics_host, cfg.metrics_port)
     if cfg.mode == "ray":
         from .distributed import preflight_ray
-        from .validate import check_private_ray_fits, check_ray_address
+        from .validate import check_private_ray_fits
 
-        check_ray_address(cfg.address)
         check_private_ray_fits(cfg)
         preflight_ray(cfg)
 

@@ -172,3 +172,45 @@ def test_ray_actors_and_the_learner_use_the_kwargs(ray_address, tmp_path):
     assert summary["mean_return_last_100"] == RETURN  # the actor's envs
     assert _input_width(run_dir) == KWARGS["size"]  # the learner's network, from the spaces of a throwaway env
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["env_kwargs"] == KWARGS
+
+
+# ------------------------------------------------------------------ the doctor's env check
+def _doctor_env(tmp_path: Path, *extra: str):
+    return finish(start(["doctor", "--env", ECHO, "--json", *extra], tmp_path, with_tests_on_path()))
+
+
+def test_the_doctor_checks_the_env_as_the_kwargs_make_it(tmp_path):
+    healthy = _doctor_env(tmp_path)
+    assert healthy.returncode == 0 and json.loads(healthy.stdout) == [], healthy.stderr
+    # bonus NaN: every reward and observation is NaN, which only the kwargs can have caused
+    broken = _doctor_env(tmp_path, "--env-kwargs", "{bonus: .nan}")
+    assert broken.returncode == 1, broken.stderr
+    rules = {v["rule"] for v in json.loads(broken.stdout)}
+    assert {"doctor-env-reward-not-finite", "doctor-env-observation-not-finite"} <= rules, rules
+
+
+def test_a_config_that_trains_the_same_env_lends_its_kwargs_unless_the_flag_is_given(tmp_path, monkeypatch):
+    from rlvitals.doctor.command import request_from_args
+
+    monkeypatch.syspath_prepend(str(TESTS))
+    (tmp_path / "my.yaml").write_text(f"env: {ECHO}\nenv_kwargs: {{bonus: 7}}\n")
+    parse = build_parser().parse_args
+    assert request_from_args(parse(["doctor", "--env", ECHO, "--config", str(tmp_path / "my.yaml")])).env_kwargs \
+        == {"bonus": 7}
+    assert request_from_args(parse(["doctor", "--env", ECHO, "--config", str(tmp_path / "my.yaml"),
+                                    "--env-kwargs", "{size: 4}"])).env_kwargs == {"size": 4}
+    assert request_from_args(parse(["doctor", "--env", "CartPole-v1", "--config",
+                                    str(tmp_path / "my.yaml")])).env_kwargs == {}
+
+
+@pytest.mark.parametrize("extra,names", [
+    (["--env", ECHO, "--env-kwargs", "{nope: 1}"], ["'nope'", "accepted: bonus, max_episode_steps, render_mode, size"]),
+    (["--env-kwargs", "{bonus: 1}"], ["--env-kwargs=", "without --env"]),
+    (["--env", ECHO, "--env-kwargs", "[1, 2]"], ["env_kwargs='[1, 2]' is invalid", "mapping"]),
+])
+def test_the_doctors_bad_kwargs_are_one_line_exit_2(tmp_path, extra, names):
+    result = finish(start(["doctor", *extra], tmp_path, with_tests_on_path()))
+    assert result.returncode == 2 and result.stdout == "", (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and all(name in lines[0] for name in names), result.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -15,9 +15,12 @@ from ..config import ConfigError
 
 def request_from_args(args: argparse.Namespace):
     """A DoctorRequest from the parsed flags; ConfigError (or EnvError) for any bad input, nothing written."""
-    from rlvitals.actors.envs import resolve_env_id
+    import gymnasium as gym
+
+    from rlvitals.actors.envs import check_env_kwargs, resolve_env_id
 
     from ..config import build_config
+    from ..env_kwargs import parse_env_kwargs
     from .main import DoctorRequest
 
     if args.seed < 0:
@@ -36,9 +39,17 @@ def request_from_args(args: argparse.Namespace):
         parent = next((p for p in keep.absolute().parents if p.exists()), Path("."))
         if not os.access(keep if keep.exists() else parent, os.W_OK):
             raise ConfigError(f"--keep={args.keep!r} is invalid: {str(parent)!r} is not writable")
+    if args.env_kwargs is not None and args.env is None:
+        raise ConfigError(f"--env-kwargs={args.env_kwargs!r} is invalid without --env: it configures the env "
+                          "being checked (the ladder's probes take none)")
+    env_kwargs = parse_env_kwargs(args.env_kwargs) if args.env_kwargs is not None else None
     config = build_config(args.config, {}) if args.config else None
+    if env_kwargs is None:   # the user's config, when it trains the env being checked
+        env_kwargs = dict(config.env_kwargs) if config is not None and config.env == args.env else {}
     env = resolve_env_id(args.env) if args.env is not None else None
-    return DoctorRequest(seed=args.seed, keep=args.keep, config=config, ray=args.ray, env=env,
+    if env is not None:   # names the constructor cannot take are bad input, not a finding about the env
+        check_env_kwargs(env, gym.spec(env), env_kwargs)
+    return DoctorRequest(seed=args.seed, keep=args.keep, config=config, ray=args.ray, env=env, env_kwargs=env_kwargs,
                          max_episode_steps=args.max_episode_steps,
                          ladder=env is None or config is not None)
 

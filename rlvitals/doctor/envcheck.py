@@ -30,11 +30,11 @@ REPLAY_STEPS = 300
 """Steps compared between two runs with the same seed."""
 
 
-def episode_bound(env_id: str, override: int | None) -> int:
+def episode_bound(env_id: str, override: int | None, env_kwargs: dict | None = None) -> int:
     """The step count within which every episode must end: the flag, the env's time limit, or the default."""
     if override is not None:
         return override
-    limit = gym.spec(env_id).max_episode_steps
+    limit = (env_kwargs or {}).get("max_episode_steps") or gym.spec(env_id).max_episode_steps
     return int(limit) if limit else DEFAULT_EPISODE_BOUND
 
 
@@ -133,14 +133,14 @@ def _walk(runner, agent, name: str, bound: int, findings: _Findings) -> None:
                      "(the env's time limit, or --max-episode-steps): give it a time limit or a terminal state")
 
 
-def _replay(env_id: str, seed: int, make_agent, name: str, findings: _Findings) -> None:
+def _replay(env_id: str, seed: int, make_agent, name: str, findings: _Findings, env_kwargs: dict) -> None:
     """Two runs from the same seed under the same actions must be identical."""
     from rlvitals.actors.runner import EnvRunner, EnvStepError
 
     runs = []
     for _ in range(2):
         try:
-            runner = EnvRunner(env_id, NUM_ENVS, seed)
+            runner = EnvRunner(env_id, NUM_ENVS, seed, env_kwargs=env_kwargs)
         except EnvStepError:
             return  # reported by the walk
         try:
@@ -171,16 +171,19 @@ def _replay(env_id: str, seed: int, make_agent, name: str, findings: _Findings) 
             return
 
 
-def check_env(env_id: str, seed: int = 0, max_episode_steps: int | None = None) -> tuple[list[Verdict], list[str]]:
-    """(verdicts, human lines) for a user's env id (already resolved: a registered gymnasium id)."""
+def check_env(env_id: str, seed: int = 0, max_episode_steps: int | None = None,
+              env_kwargs: dict | None = None) -> tuple[list[Verdict], list[str]]:
+    """(verdicts, human lines) for a user's env id (already resolved: a registered gymnasium id), made with
+    `env_kwargs` as training would make it."""
     from rlvitals.actors.envs import EnvError
     from rlvitals.actors.runner import EnvRunner, EnvStepError
 
     started = time.perf_counter()
     findings = _Findings(env_id, started)
-    bound = episode_bound(env_id, max_episode_steps)
+    env_kwargs = dict(env_kwargs or {})
+    bound = episode_bound(env_id, max_episode_steps, env_kwargs)
     try:
-        runner = EnvRunner(env_id, NUM_ENVS, seed)
+        runner = EnvRunner(env_id, NUM_ENVS, seed, env_kwargs=env_kwargs)
     except (EnvError, EnvStepError) as exc:
         findings.add("doctor-env-unusable", "critical", str(exc))
         return list(findings.verdicts.values()), [f"FAIL  {env_id}: {exc}"]
@@ -190,12 +193,12 @@ def check_env(env_id: str, seed: int = 0, max_episode_steps: int | None = None) 
     finally:
         runner.close()
     for name, agent, make_agent in made:
-        runner = EnvRunner(env_id, NUM_ENVS, seed)
+        runner = EnvRunner(env_id, NUM_ENVS, seed, env_kwargs=env_kwargs)
         try:
             _walk(runner, agent, name, bound, findings)
         finally:
             runner.close()
-        _replay(env_id, seed, make_agent, name, findings)
+        _replay(env_id, seed, make_agent, name, findings, env_kwargs)
     verdicts = list(findings.verdicts.values())
     lines = [f"{'FAIL' if verdicts else 'PASS'}  env {env_id}: observations in space and finite, rewards finite, "
              f"episodes end within {bound} steps, seeded resets reproduce "

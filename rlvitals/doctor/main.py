@@ -27,6 +27,8 @@ class DoctorRequest:
     ray: bool = False
     env: str | None = None
     """A resolved gymnasium id to check (`--env`)."""
+    env_kwargs: dict = field(default_factory=dict)
+    """Keyword arguments for that env's constructor (`--env-kwargs`, else the config's for the same env)."""
     max_episode_steps: int | None = None
     ladder: bool = True
     """Run the probe ladder (the reference leg, and the user's leg with `config`)."""
@@ -61,7 +63,7 @@ def run_doctor(request: DoctorRequest, stream=None, quiet: bool = False) -> list
     if request.env is not None:
         from .envcheck import check_env
 
-        found, lines = check_env(request.env, request.seed, request.max_episode_steps)
+        found, lines = check_env(request.env, request.seed, request.max_episode_steps, request.env_kwargs)
         verdicts += found
         for line in lines:
             say(line)
