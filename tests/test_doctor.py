@@ -506,6 +506,9 @@ def test_ray_leg_follows_the_learner_and_replays_local_mode(tmp_path):
     staleness = [row["staleness"] for row in rows if "staleness" in row]
     assert staleness and max(staleness) > 0 and max(staleness) <= 2 * 4 * 2
 
+
+@pytest.mark.extended   # 25 s; tests/test_stale_drops.py plants the same bug in a Ray run
+def test_ray_leg_names_weight_sync_when_weights_are_never_republished(tmp_path):
     # planted: weights published once and never again; the actor's network age stops following the learner
     found = ray_leg(tmp_path / "bug", "weights-never-republished")
     rules = {v["rule"]: v for v in found["verdicts"]}

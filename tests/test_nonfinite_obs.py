@@ -146,7 +146,8 @@ def _train(args: list[str], env: dict, timeout: float = 240) -> tuple[int, dict 
     return proc.returncode, json.loads(lines[-1]) if lines else None, proc.stderr
 
 
-@pytest.mark.parametrize("env_id, value", [("BadCartPole-v0", "inf"), ("BadCartPole64-v0", "1e300")])
+@pytest.mark.parametrize("env_id, value", [("BadCartPole-v0", "inf"),
+                                           pytest.param("BadCartPole64-v0", "1e300", marks=pytest.mark.extended)])
 def test_bad_observations_are_skipped_counted_and_saved_then_a_resume_goes_on(bad_envs, tmp_path, env_id, value):
     run = tmp_path / "run"
     env = {**bad_envs, "BAD_OBS_EVERY": "700", "BAD_OBS_VALUE": value}

@@ -74,7 +74,7 @@ def test_two_actors_learn_cartpole_and_every_endpoint_is_scraped(ray_address, tm
     run_dir.mkdir()
     with prometheus_watching(run_dir / "discovery") as prom:
         proc = train(ray_args(ray_address, run_dir, "--num-actors", "2", "--total-env-steps", "400000",
-                              "--return-threshold", "300", "--verbosity", "standard"))
+                              "--return-threshold", "300", "--stop-at-threshold", "--verbosity", "standard"))
         seen: dict[str, set] = {}
         names: set = set()
         deadline = time.monotonic() + 120
@@ -148,6 +148,29 @@ def _start_two_actor_run(ray_address: str, run_dir: Path, total_env_steps: int) 
     return proc
 
 
+def test_killed_actor_is_restarted_counted_and_rediscovered(ray_address, tmp_path):
+    run_dir = tmp_path / "run"
+    proc = _start_two_actor_run(ray_address, run_dir, 300000)
+    before = _actor_pids(run_dir)
+    victims = subprocess.run(["pgrep", "-f", "ray::RolloutWorker"], capture_output=True, text=True).stdout.split()
+    assert victims, "no actor process found"
+    os.kill(int(victims[0]), signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    after = before
+    while time.monotonic() < deadline and proc.poll() is None:
+        after = _actor_pids(run_dir)
+        if len(after) == 2 and after != before:
+            break
+        time.sleep(0.2)
+    assert after != before, "the restarted actor's endpoint never reached the discovery files"
+    for address in after.values():
+        status, body = http_get(f"http://{address}/metrics")
+        assert status == 200 and b"rlvitals_actor_env_steps_total" in body
+    summary, err = finish(proc)
+    assert summary["actor_restarts"] >= 1, summary
+    assert "restarted by Ray" in err
+
+
 FAULTY_ENV = '''
 import os
 import gymnasium as gym
@@ -189,6 +212,7 @@ def test_request_larger_than_the_cluster_is_refused_within_seconds(ray_address, 
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.extended   # 60 s; the test above kills once
 def test_actor_killed_every_few_seconds_never_stops_the_run_or_loses_count(ray_address, tmp_path):
     run_dir = tmp_path / "run"
     proc = _start_two_actor_run(ray_address, run_dir, 800_000)

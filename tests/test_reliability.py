@@ -100,7 +100,7 @@ def test_kill_9_during_checkpoint_writes_always_leaves_a_loadable_checkpoint(tmp
         killed_at = state["tracker"]["updates"]
         wait_for(lambda killed_at=killed_at: load_checkpoint(run)["tracker"]["updates"] > killed_at, timeout=180)
         assert not any(p.exists() for p in leftovers), "the resume left a killed write's temporary file behind"
-        if mid_write_kills >= 2 and attempt >= 2:
+        if mid_write_kills >= 1 and attempt >= 1:   # a mid-write kill and one between writes
             break
     proc.send_signal(signal.SIGKILL)
     proc.wait()
