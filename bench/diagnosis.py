@@ -218,7 +218,8 @@ def healthy_jobs(seeds: int, promtool: bool) -> list[dict]:
     from test_diagnosis import HEALTHY
 
     jobs = []
-    for env, steps, overrides in [*HEALTHY, *RAY_HEALTHY]:
+    # a pytest.param (a case the suite marks extended) holds its tuple in .values
+    for env, steps, overrides in [getattr(h, "values", h) for h in HEALTHY] + RAY_HEALTHY:
         for seed in range(seeds):
             jobs.append({"kind": "healthy", "env": env, "seed": seed, "steps": STEPS.get(env, steps),
                          "overrides": overrides, "promtool": promtool})
