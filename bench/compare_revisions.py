@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import spread, write_result
 
-HERE = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent
 
 
 def describe(checkout: Path) -> str:
@@ -41,7 +41,7 @@ def one_round(checkout: Path, seeds: list[int]) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--old", type=Path, required=True, help="the checkout before the change")
-    parser.add_argument("--new", type=Path, default=HERE, help="the checkout with it (default: this one)")
+    parser.add_argument("--new", type=Path, default=REPO, help="the checkout with it (default: this one)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     args = parser.parse_args()
