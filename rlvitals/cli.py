@@ -123,12 +123,13 @@ def preflight(cfg: TrainConfig, fresh_dir: bool = True) -> None:
     if cfg.mode == "ray":
         check_ray_address(cfg.address)
 
-    from .env_preflight import check_env_usable
+    from .env_preflight import atari_options, check_env_usable
     from .limits import check_memory
-    from .training import atari_options, resolve_device
 
     obs_space, action_space = check_env_usable(cfg, atari_options(cfg))  # built, reset and stepped once
     check_memory(cfg, obs_space, action_space)
+    from .parts import resolve_device  # torch: only once the env and the sizes are known to be usable
+
     try:
         resolve_device(cfg)
     except ValueError as exc:
@@ -216,6 +217,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if not 0 < args.episodes <= EVAL_EPISODES_MAX:
         raise UsageError(f"--episodes={args.episodes} is invalid: expected an integer from 1 to {EVAL_EPISODES_MAX}")
     check_seed_flag("--seed", args.seed)
+    from .archive import resolve_checkpoint
+
+    try:
+        resolve_checkpoint(args.run_dir, args.checkpoint)   # a wrong name or path is said before torch loads
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     from .evaluate import evaluate_run
 
     try:

@@ -16,6 +16,16 @@ import numpy as np
 
 from rlvitals.actors.envs import EnvError, env_seed, make_vector_env
 
+
+def atari_options(cfg, threads: int = 0):
+    """The Atari preprocessing choices of a config (ignored by non-Atari envs); light, so the env can be
+    tried before torch is imported."""
+    from rlvitals.actors.atari import AtariOptions
+
+    return AtariOptions(episodic_life=cfg.atari_episodic_life, reward_clipping=cfg.atari_reward_clipping,
+                        num_threads=threads)
+
+
 EXPECTED_RESET = "expected reset() to return (observation, info) with the observation space's shape"
 
 

@@ -13,7 +13,6 @@ from rlvitals.actors.runner import EnvRunner
 from rlvitals.learner.networks import ActorCritic
 
 from .archive import read_checkpoint, resolve_checkpoint
-from .archive.checkpoints import NAME
 from .config import ConfigError, TrainConfig, build_config
 
 
@@ -34,12 +33,10 @@ def open_checkpoint(run_dir: str | Path | None, checkpoint: str = "latest") -> L
     then may be None). The env is built and stepped once, and the network must fit its spaces.
     """
     from .checkpoint import check_network_fits
-    from .env_preflight import check_env_usable
-    from .training import atari_options, make_network
+    from .env_preflight import atari_options, check_env_usable
+    from .training import make_network
     from .validate import check_checkpoint_content
 
-    if run_dir is not None and NAME.match(checkpoint) and not (Path(run_dir) / "config.yaml").is_file():
-        raise ValueError(f"run_dir={str(run_dir)!r} is invalid: no config.yaml there; expected a run directory")
     ckpt = resolve_checkpoint(run_dir, checkpoint)
     state = read_checkpoint(ckpt)
     check_checkpoint_content(ckpt, state, parts=("config", "network"))
@@ -88,7 +85,7 @@ def evaluate_run(run_dir: str | None, episodes: int, greedy: bool = True, seed: 
     cfg, net = loaded.cfg, loaded.net
     torch.manual_seed(seed)
     net.seed(seed)
-    from .training import atari_options
+    from .env_preflight import atari_options
 
     runner = EnvRunner(cfg.env, min(episodes, 16), seed=seed, atari_options=atari_options(cfg),
                        env_kwargs=cfg.env_kwargs)

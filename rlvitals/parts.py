@@ -34,14 +34,6 @@ def seed_everything(seed: int, threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def atari_options(cfg: TrainConfig, threads: int = 0):
-    """The Atari preprocessing choices of a config (ignored by non-Atari envs)."""
-    from rlvitals.actors.atari import AtariOptions
-
-    return AtariOptions(episodic_life=cfg.atari_episodic_life, reward_clipping=cfg.atari_reward_clipping,
-                        num_threads=threads)
-
-
 def env_spaces(cfg: TrainConfig):
     """(observation space, action space) of one env of the config, from a throwaway vector env."""
     from rlvitals.actors.envs import make_vector_env

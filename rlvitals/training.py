@@ -19,9 +19,9 @@ from rlvitals.actors.runner import EnvRunner
 
 from .archive import RunArchive
 from .config import TrainConfig
+from .env_preflight import atari_options
 from .parts import (  # noqa: F401
     DevicePolicy,
-    atari_options,
     make_agent,
     make_learner,
     make_network,

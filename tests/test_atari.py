@@ -118,7 +118,7 @@ def test_random_agent_rollouts_through_the_runner_are_sane():
 @needs_ale
 @pytest.mark.parametrize("image_network, extra", [
     # The IMPALA trunk costs ~6x the Nature CNN per sample on a CPU: it trains one batch.
-    ("nature", ["--total-env-steps", "2048"]),
+    ("nature", ["--total-env-steps", "512"]),
     pytest.param("impala", ["--total-env-steps", "256"], marks=pytest.mark.extended),
 ])
 def test_train_on_pong_writes_a_checkpoint(tmp_path, image_network, extra):

@@ -401,15 +401,17 @@ def test_ray_up_on_loopback_trains_and_prometheus_on_the_head_scrapes_every_proc
         up = laptop("ray", "up", "-y", "--no-config-cache", config, timeout=240)
         assert re.search(r"Prometheus\s+http://127\.0\.0\.1:9090", up), up[-2000:]
         run = laptop("ray", "exec", config, "~/rlvitals-src/deploy/cluster/submit.sh --name ci --num-actors 2 "
-                     "--num-envs 8 --total-env-steps 120000 --verbosity standard")
+                     "--num-envs 8 --total-env-steps 60000 --verbosity standard")
         assert "submit: run ci" in run
 
         # Prometheus on the head finds every process of the run through its discovery folder and
         # scrapes it: the learner on the head, both actors on the worker, a node sidecar on each.
+        # A target counts once scraped: a busy process can miss one 1 s scrape on a loaded machine.
         seen: dict = {}
         deadline = time.monotonic() + 150
         while time.monotonic() < deadline:
-            seen = scraped(machines)
+            for component, targets in scraped(machines).items():
+                seen.setdefault(component, set()).update(targets)
             if seen.get("learner") and len(seen.get("actor", ())) == 2 and len(seen.get("node", ())) == 2:
                 break
             time.sleep(1)
@@ -423,7 +425,7 @@ def test_ray_up_on_loopback_trains_and_prometheus_on_the_head_scrapes_every_proc
         assert "succeeded" in laptop("ray", "exec", config, "ray job status ci"), logs[-3000:]
         summary = json.loads([line for line in logs.splitlines() if line.startswith('{"algorithm"')][-1])
         assert summary["status"] == "completed" and summary["mode"] == "ray" and summary["num_actors"] == 2, summary
-        assert summary["env_steps"] >= 120000
+        assert summary["env_steps"] >= 60000
         steps = prometheus_query(machines, "/api/v1/query?query=max_over_time(rlvitals_actor_env_steps_total%5B15m%5D)")
         assert len(steps["data"]["result"]) == 2 and all(float(s["value"][1]) > 0 for s in steps["data"]["result"])
 

@@ -135,8 +135,8 @@ def test_occasional_nan_rewards_are_skipped_counted_and_saved(tmp_path):
     run = tmp_path / "run"
     port = free_port()
     proc = start(["train", "--env", "nanenv:NanReward-v0", "--num-envs", "8", "--rollout-length", "32",
-                  "--total-env-steps", "40000", "--run-dir", str(run), "--metrics-port", str(port),
-                  "--progress", "false"], env=_nan_env(tmp_path, 4000))
+                  "--total-env-steps", "16000", "--run-dir", str(run), "--metrics-port", str(port),
+                  "--progress", "false"], env=_nan_env(tmp_path, 2000))
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err
     summary = json.loads(out.strip().splitlines()[-1])

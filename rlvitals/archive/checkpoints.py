@@ -87,6 +87,8 @@ def resolve_checkpoint(run_dir: str | Path | None, checkpoint: str = LATEST) -> 
     """
     expected = "expected a path to a checkpoint file, or latest, best or update-<N> with a run directory"
     if NAME.match(checkpoint) and (run_dir is not None or not Path(checkpoint).exists()):
+        if run_dir is not None and not (Path(run_dir) / "config.yaml").is_file():
+            raise ValueError(f"run_dir={str(run_dir)!r} is invalid: no config.yaml there; expected a run directory")
         if run_dir is None:
             raise ValueError(f"checkpoint={checkpoint!r} names a checkpoint of a run, but no run directory "
                              f"(--run-dir) was given; {expected}")

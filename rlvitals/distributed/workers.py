@@ -16,7 +16,8 @@ from rlvitals.actors.rollout import Rollout
 from rlvitals.actors.runner import EnvStepError
 
 from ..config import TrainConfig
-from ..parts import atari_options, make_agent, make_network, return_discount, seed_everything
+from ..env_preflight import atari_options
+from ..parts import make_agent, make_network, return_discount, seed_everything
 
 
 def seed_for_actor(seed: int, actor_id: int) -> int:
