@@ -67,7 +67,8 @@ class Fleet:
             raise ConfigError(
                 f"{len(pending)} of {len(refs)} Ray actors did not start within startup_timeout_seconds="
                 f"{self.cfg.startup_timeout_seconds:g}; asked for {self.num_actors} actors x "
-                f"{self.cfg.actor_cpus:g} CPU, free now: {free.get('CPU', 0):g} CPUs, {free.get('GPU', 0):g} GPUs")
+                f"{self.cfg.actor_cpus:g} CPU, free now: {free.get('CPU', 0):g} CPUs, {free.get('GPU', 0):g} GPUs "
+                "(Ray runs actors at niceness 15: on a busy machine set RAY_worker_niceness=0 or give them longer)")
         for info in self.ray.get(refs[: len(self.actors)]):  # raises if an actor failed in __init__
             self._note_actor(info)
         for i, info in enumerate(self.ray.get(refs[len(self.actors):])):
