@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -303,3 +305,30 @@ def test_runs_names_and_skips_a_run_whose_summary_is_unreadable(tmp_path, summar
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and str(tmp_path / "bad-run") in lines[0] and "summary.json" in lines[0], result.stderr
     assert "good-run" in result.stdout and "bad-run" not in result.stdout
+
+
+TORCH_LEFT_UNLOADED = """
+import sys
+from rlvitals.cli import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code
+print(code, "torch" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("args", [
+    ["train", "--env", "bad_envs:ResetRaises-v0", "--run-dir", "{tmp}/run"],
+    ["train", "--run-dir", "{tmp}/a-file"],
+    ["eval", "--checkpoint", "{tmp}/no-such.pt"],
+    ["eval", "--run-dir", "{tmp}", "--checkpoint", "best"],
+], ids=["env-reset-raises", "run-dir-is-a-file", "checkpoint-missing", "run-dir-without-config"])
+def test_inputs_that_need_no_network_are_refused_before_torch_is_imported(tmp_path, args):
+    """Seconds on a small machine (torch and its compiler stack take ~3.5 s to import here)."""
+    (tmp_path / "a-file").write_text("not a directory\n")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    result = subprocess.run([sys.executable, "-c", TORCH_LEFT_UNLOADED, *argv], capture_output=True, text=True,
+                            env=cli_env(PYTHONPATH=str(TESTS)), cwd=tmp_path, timeout=120)
+    assert result.stdout.split() == ["2", "False"], (result.stdout, result.stderr)
+    assert result.stderr.startswith("rlvitals: error: ") and len(result.stderr.splitlines()) == 1, result.stderr
