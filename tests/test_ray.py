@@ -80,7 +80,7 @@ def test_two_actors_learn_cartpole_and_every_endpoint_is_scraped(ray_address, tm
         proc = train(ray_args(ray_address, run_dir, "--num-actors", "2", "--total-env-steps", "300000",
                               "--return-threshold", "300", "--verbosity", "standard"))
         # A target counts once Prometheus has scraped it: on a loaded 2-core machine a busy actor can miss
-        # one 1 s scrape, so the three need not all read "up" in the same snapshot before the run stops.
+        # one 1 s scrape, so the four (learner, two actors, node) need not read "up" in one snapshot.
         seen: dict[str, set] = {}
         names: set = set()
         last_errors: dict[str, str] = {}
