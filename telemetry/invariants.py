@@ -1,0 +1,286 @@
+"""The invariants: properties every correct actor-learner run satisfies, as data, and their monitor.
+
+An invariant holds whatever the env, the reward scale, the hyperparameters or
+the machine's speed. Each one is checked on the run's own data by a statistic
+that the part owning the data computes once per update (the learner, the
+actors' witness of raw env output, the run's accounting) under the row key
+`inv_<name>`. Every statistic is oriented the same way: 0 when the invariant
+holds exactly, larger the more it is broken, NaN (or absent) when this update
+did not measure it (sampled checks, an empty batch).
+
+An invariant is *broken* once its statistic exceeded `limit` on `hold_updates`
+measured updates in a row: evidence counted in updates, never in seconds, so a
+fast and a slow machine reach the same verdict after the same updates. Once
+broken it stays broken (`inv_broken_<name>` = 1 for the rest of the run): a
+correct system never breaks one, so the verdict is about the code, not a phase.
+
+The component a broken invariant names is the part that owns the property,
+which is why each invariant is written about one part only. This list is the
+one source of the `RLInvariant...` health rules (telemetry.rules), the
+catalogue's `rlvitals_invariant_*` series and docs/invariants.md; each entry's
+`derivation` says why it holds and what bounds its false alarms.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .verdicts import COMPONENTS, SEVERITIES
+
+FAMILIES = {
+    "sampling": "the actions in a batch are draws from the behaviour distribution the actor recorded for them",
+    "boundary": "what the learner trains on is what the env emitted, under the declared rules",
+    "dataflow": "the loss's inputs and gradients equal an independent recomputation from the rollout",
+    "optimisation": "every parameter that gets a gradient is stepped, and no loss term starves the others",
+    "telemetry": "every exported diagnostic agrees with an independent slow recomputation",
+    "pipeline": "every sample and second of every process is accounted for",
+}
+
+# The z-score beyond which a sum of martingale differences counts as broken: a two-sided normal tail of
+# 2e-9 per measured update, so with 3 updates in a row needed, below 1e-20 per update for a correct run.
+Z_LIMIT = 6.0
+
+
+@dataclass(frozen=True)
+class Invariant:
+    name: str
+    """snake_case; the `invariant` label value and the suffix of its row keys."""
+    family: str
+    component: str
+    """The part that owns the property (telemetry.verdicts.COMPONENTS)."""
+    limit: float
+    """Broken when the statistic exceeds this."""
+    hold_updates: int
+    """Measured updates in a row over the limit before the invariant counts as broken."""
+    summary: str
+    """One line: what was seen."""
+    check: str
+    """What it means and what to look at."""
+    derivation: str
+    """Why a correct run satisfies it, and the false-alarm bound of the limit (docs/invariants.md)."""
+    severity: str = "critical"
+    after_updates: int = 0
+    """Updates before which the statistic is not judged (start-up, where a property needs history)."""
+
+    @property
+    def statistic(self) -> str:
+        return f"inv_{self.name}"
+
+    @property
+    def broken_key(self) -> str:
+        return f"inv_broken_{self.name}"
+
+    @property
+    def rule_name(self) -> str:
+        return "RLInvariant" + "".join(part.capitalize() for part in self.name.split("_"))
+
+
+INVARIANTS: tuple[Invariant, ...] = (
+    # ----------------------------------------------------------------- sampling (the actor)
+    Invariant(
+        "sampling_logp", "sampling", "actor", Z_LIMIT, 3,
+        "Recorded log-probabilities are not those of draws from the recorded distributions",
+        "Over the batch, the mean recorded log-probability of the sampled actions differs from minus the "
+        "recorded distributions' mean entropy by more than sampling error allows: the actor does not act by "
+        "drawing from the distribution it records (argmax or another temperature, another network's "
+        "distribution stored, actions and distributions from different steps).",
+        "For an action a drawn from mu(.|s), E[log mu(a|s)] = -H(mu(.|s)) and Var[log mu(a|s)] is a function of "
+        "mu(.|s) alone. Given everything before it, each draw is independent, so D_i = log mu_i(a_i) + H_i is a "
+        "martingale difference sequence and z = sum D_i / sqrt(sum Var_i + n tau^2) is asymptotically standard "
+        "normal whatever the states' correlation (tau = 1e-3 nats absorbs float32 rounding of the recorded "
+        "log-probabilities). |z| > 6 has probability 2e-9 per batch; 3 batches in a row are needed."),
+    Invariant(
+        "sampling_frequency", "sampling", "actor", Z_LIMIT, 3,
+        "Action frequencies do not match the recorded policies",
+        "Some action is chosen far more or less often than the recorded distributions say it should be: the "
+        "actor's sampler is biased (a wrong index, clipping or remapping of actions after the draw, a fixed "
+        "action in some envs).",
+        "Discrete actions: for each action k, count_k - sum_i mu_i(k) is a sum of martingale differences with "
+        "variance sum_i mu_i(k)(1 - mu_i(k)); continuous actions: for each dimension j, the standardised draws "
+        "(a_ij - m_ij) / sigma_ij sum to a martingale with variance n. The statistic is the largest |z| over "
+        "actions or dimensions; with K of them the per-batch false-alarm bound is K x 2e-9."),
+    Invariant(
+        "behaviour_record", "sampling", "actor", 1e-3, 2,
+        "Stored actions do not belong to their stored log-probabilities",
+        "The log-probability the actor stored for each action differs from the log-probability of the stored "
+        "action under the actor's own stored distribution: the stored actions are not the ones acted with "
+        "(an off-by-one, a clipped or transformed action stored, actions and log-probabilities from different "
+        "draws).",
+        "The actor computes log mu(a) from the parameters it stores, for the action it stores: recomputing it "
+        "from those two is exact up to float32 rounding (1e-5 nats), far below the limit of 1e-3."),
+    # ----------------------------------------------------------------- boundary (env, actor)
+    Invariant(
+        "boundary_actions", "boundary", "actor", 0.0, 2,
+        "Stored actions differ from the actions the env received",
+        "A witness below the runner saw which action each env was stepped with; the rollout stores another: "
+        "the actor stores actions shifted, overwritten or transformed after the step.",
+        "The witness wraps the vector env and records, for a sample of steps, exactly what the env received "
+        "and returned; a correct runner stores the same values, so any difference is a fault (exact, no false "
+        "alarm)."),
+    Invariant(
+        "boundary_rewards", "boundary", "actor", 1e-6, 2,
+        "Stored rewards differ from the rewards the env returned",
+        "The rollout's rewards are not the env's rewards at the same step: a shift, a transform or a scale "
+        "applied before storing, or rewards of another env.",
+        "Exact copy of the env's float reward (stored as float32: relative difference below 1e-6)."),
+    Invariant(
+        "boundary_episode_ends", "boundary", "actor", 0.0, 2,
+        "Stored episode ends differ from what the env reported",
+        "The rollout's terminated or truncated flags are not the env's: truncation stored as termination (or "
+        "the reverse), or ends shifted by a step.",
+        "The flags are copied from the env's own return values; any difference is a fault."),
+    Invariant(
+        "boundary_observations", "boundary", "actor", 1e-6, 2,
+        "Stored observations differ from what the env emitted",
+        "The rollout's observation for a step is not the one the env emitted before it: stored one step off, "
+        "or transformed before storing.",
+        "Exact copy (float32 relative difference below 1e-6) of the env's output."),
+    Invariant(
+        "boundary_resets", "boundary", "actor", 0.0, 2,
+        "Transitions the env did not produce are learned from",
+        "A step after an episode ended (the reset of NEXT_STEP autoreset, which has no action's consequence) is "
+        "marked valid: the learner trains on transitions that never happened.",
+        "Exact: the step following a done is a reset in every correct rollout."),
+    Invariant(
+        "boundary_step_count", "boundary", "actor", 0.0, 2,
+        "The rollout's step count differs from the env's own step counter",
+        "The env was stepped a different number of times than the rollout says: steps lost or duplicated "
+        "between env and rollout.",
+        "Exact count."),
+    Invariant(
+        "observation_space", "boundary", "env", 0.01, 5,
+        "Observations fall outside the env's declared observation space",
+        "More than 1% of the observations are outside the space the env declares (dtype, shape or bounds): "
+        "the env breaks its own contract, or a wrapper changed observations without changing the space.",
+        "A correct env's observations are members of its observation space; 1% tolerance covers envs whose "
+        "declared bounds are loose conventions."),
+    # ----------------------------------------------------------------- dataflow (returns, policy, value)
+    Invariant(
+        "returns_recomputed", "dataflow", "returns", 1e-3, 2,
+        "Value targets or advantages differ from an independent recomputation",
+        "The targets and advantages the loss trained on are not what V-trace (GAE when fresh) gives on this "
+        "rollout's rewards, episode ends and values with the run's gamma and lambda: the returns code "
+        "discounts, bootstraps or cuts episodes wrongly.",
+        "A float64 loop in the paper's notation recomputes the same quantities; float32 recursion error is "
+        "below 1e-5 of the targets' scale, so 1e-3 of it has no false alarm."),
+    Invariant(
+        "loss_gradient_policy", "dataflow", "policy", 0.05, 2,
+        "The policy loss's gradient is not that of the clipped surrogate on this batch's advantages",
+        "dL/dlog pi differs from -ratio x advantage / B on the unclipped samples: the policy loss uses other "
+        "advantages, ratios or behaviour log-probabilities than the batch's, or another formula.",
+        "Closed form of the clipped surrogate's gradient; float32 error is 1e-6 relative, bfloat16 autocast "
+        "about 1e-2, so 5% has no false alarm."),
+    Invariant(
+        "loss_gradient_value", "dataflow", "value", 0.05, 2,
+        "The value loss's gradient is not c_v (V - target) / B",
+        "The value loss does not pull each value towards its target with the configured coefficient: detached "
+        "values, other targets, a wrong sign or scale.",
+        "Closed form of the squared error's gradient; tolerance as for the policy term."),
+    Invariant(
+        "loss_gradient_entropy", "dataflow", "policy", 0.05, 2,
+        "The entropy term's gradient is not -c_H / B",
+        "The entropy bonus enters the loss with another sign or weight than configured.",
+        "Closed form; tolerance as for the policy term."),
+    # ----------------------------------------------------------------- optimisation
+    Invariant(
+        "optimizer_coverage", "optimisation", "optimizer", 0.0, 2,
+        "Parameters with a gradient are not stepped by the optimizer",
+        "Some parameter received a gradient in this update and did not change (or is not in any optimizer "
+        "group): it is frozen by mistake, left out of the optimizer, or its update is undone.",
+        "Adam moves every parameter whose gradient is nonzero (its step is lr x m / (sqrt(v) + eps)); only "
+        "parameters whose gradient is above 1e-6 of the largest are judged, so float rounding of tiny steps "
+        "is not counted. Not judged while the learning rate is 0."),
+    Invariant(
+        "gradient_of_loss", "optimisation", "optimizer", 0.05, 2,
+        "The optimizer steps with gradients that are not this minibatch's",
+        "The value head's bias gradient differs from sum_i dL/dV_i, which it must equal: gradients from earlier "
+        "steps are still in .grad (zero_grad missing or misplaced) or something else writes into them.",
+        "The bias is added to every value, so its gradient is exactly sum_i dL/dV_i; float32 rounds to 1e-7, "
+        "bfloat16 to about 1e-2."),
+    Invariant(
+        "policy_starved", "optimisation", "preprocessing", 1e4, 20,
+        "The policy's share of the clipped update is near zero",
+        "The gradient is clipped and the policy term's gradient is less than 1/10,000 of the total: a value "
+        "loss many orders of magnitude larger than the policy's leaves the policy almost no step. Rewards or "
+        "targets are far out of scale: normalise rewards (--normalize-rewards) or check the reward scale.",
+        "Normalised advantages bound the policy term's gradient below by its scale; a ratio of 1e4 sustained "
+        "for 20 updates only happens when value errors are ~1e4 times the advantages' spread.",
+        severity="warning", after_updates=10),
+    # ----------------------------------------------------------------- telemetry
+    Invariant(
+        "telemetry_recomputed", "telemetry", "telemetry", 1e-3, 2,
+        "An exported diagnostic disagrees with its independent recomputation",
+        "On a sampled batch, a diagnostic the learner exported (residual variance, entropy, KL, clip "
+        "fraction, advantage or target statistics) differs from a slow float64 recomputation from the same "
+        "tensors: the diagnostic itself is broken (arguments swapped, wrong mask, wrong distribution).",
+        "Both compute the same quantity from the same tensors; float32 against float64 differs by about 1e-6 "
+        "relative."),
+    # ----------------------------------------------------------------- pipeline (evidence, not seconds)
+    Invariant(
+        "samples_dropped", "pipeline", "weight-sync", 0.5, 8,
+        "Most samples arriving are dropped as stale",
+        "Over the last batches, more than half of the samples that arrived were thrown away as older than "
+        "--max-staleness: actors act with old weights (weights not published or not loaded).",
+        "With oldest-first arrival a batch is at most (queued batches) updates old, below the staleness limit "
+        "in a correct run; the share is counted over arrivals, not seconds.",
+        severity="critical"),
+    Invariant(
+        "weights_frozen", "pipeline", "weight-sync", 0.0, 1,
+        "Actors act with a network age that stopped changing",
+        "The learner has made more updates than its queues can hold since the newest network age it saw in a "
+        "batch last changed: new weights are not published to the actors, or actors never load them.",
+        "Each batch is requested with the weights current at request time, so after more updates than there "
+        "are batches in flight, some batch must come from a newer network."),
+    Invariant(
+        "memory_per_sample", "pipeline", "memory", 64.0, 1,
+        "Resident memory grows with every sample processed",
+        "Resident memory rose by more than 64 bytes per sample processed, in both halves of the window and by "
+        "more than 64 MiB in all: something keeps every rollout, batch or tensor it sees.",
+        "A correct run's memory is flat once its buffers exist; one-off allocations do not grow in both halves.",
+        severity="warning"),
+)
+
+BY_NAME: dict[str, Invariant] = {i.name: i for i in INVARIANTS}
+
+
+def check_invariants() -> None:
+    for inv in INVARIANTS:
+        if inv.component not in COMPONENTS or inv.severity not in SEVERITIES or inv.family not in FAMILIES:
+            raise ValueError(f"invariant {inv.name}: bad component, severity or family")
+        if inv.hold_updates < 1:
+            raise ValueError(f"invariant {inv.name}: hold_updates must be at least 1")
+
+
+check_invariants()
+
+
+class InvariantMonitor:
+    """Counts, update by update, how long each invariant's statistic has been over its limit; latches breaks."""
+
+    def __init__(self, invariants=INVARIANTS):
+        self.invariants = tuple(invariants)
+        self.streak = {i.name: 0 for i in self.invariants}
+        self.broken_at: dict[str, int] = {}
+        """Invariant -> the update at which it first counted as broken."""
+
+    def observe(self, stats: dict, update: int) -> dict[str, float]:
+        """Judge one update's statistics; the `inv_broken_*` keys to record with them."""
+        for inv in self.invariants:
+            value = stats.get(inv.statistic)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+                continue   # not measured this update: the streak neither grows nor resets
+            if update <= inv.after_updates or value <= inv.limit:
+                self.streak[inv.name] = 0
+                continue
+            self.streak[inv.name] += 1
+            if self.streak[inv.name] >= inv.hold_updates and inv.name not in self.broken_at:
+                self.broken_at[inv.name] = update
+        return {inv.broken_key: float(inv.name in self.broken_at) for inv in self.invariants}
+
+    def state(self) -> dict:
+        return {"streak": dict(self.streak), "broken_at": dict(self.broken_at)}
+
+    def load_state(self, state: dict) -> None:
+        self.streak.update({k: int(v) for k, v in state.get("streak", {}).items() if k in self.streak})
+        self.broken_at.update({k: int(v) for k, v in state.get("broken_at", {}).items() if k in self.streak})
