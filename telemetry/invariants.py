@@ -239,6 +239,20 @@ INVARIANTS: tuple[Invariant, ...] = (
         "more than 64 MiB in all: something keeps every rollout, batch or tensor it sees.",
         "A correct run's memory is flat once its buffers exist; one-off allocations do not grow in both halves.",
         severity="warning"),
+    Invariant(
+        "rollouts_retained", "pipeline", "memory", 0.0, 16,
+        "Rollouts pile up in the learner's memory",
+        "The learner process holds more rollouts than its queues, the batch in hand and one arriving can "
+        "account for, update after update: something keeps batches after learning from them (a list of past "
+        "rollouts, a replay buffer without a limit, tensors referenced from logged statistics).",
+        "Queues are bounded by their capacity; a correct learner frees each batch after its update, so the "
+        "rollouts alive never exceed capacity + 4. The count is exact; 16 updates in a row rule out a burst."),
+    Invariant(
+        "run_without_updates", "pipeline", "throughput", 0.0, 1,
+        "The run ended without a single update",
+        "Env steps were taken, but the learner never learned from a batch: every batch was dropped or none "
+        "arrived. Look at the drop counts in summary.json, the actors' logs and the learner's phase times.",
+        "Judged once, when the run ends: a correct run that took env steps learned from at least one batch."),
 )
 
 BY_NAME: dict[str, Invariant] = {i.name: i for i in INVARIANTS}
