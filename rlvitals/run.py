@@ -40,6 +40,10 @@ from .status import COMPLETED, ended_by
 from .tracker import RunTracker
 
 
+WIRED_STATISTICS = (("inv_weights_as_stamped", "weights_mismatch"), ("inv_learner_sees_actor_data", "logp_discrepancy"))
+"""Invariant statistics that are checks the run already makes under their own keys."""
+
+
 class Run:
     """The parts of one run and what is done with each arriving rollout."""
 
@@ -212,6 +216,9 @@ class Run:
     def judge(self, stats: dict, update: int) -> bool:
         """Add the invariants' verdict flags to `stats` (judged at `update`); True when one broke just now."""
         before = len(self.invariants.broken_at)
+        for statistic, key in WIRED_STATISTICS:
+            if key in stats:
+                stats[statistic] = stats[key]
         stats.update(self.invariants.observe(stats, update))
         self.judged.update({k: v for k, v in stats.items() if k.startswith("inv_") and isinstance(v, float)})
         if self.learner is not None and not stats.get("updates"):

@@ -155,6 +155,22 @@ INVARIANTS: tuple[Invariant, ...] = (
         "the env breaks its own contract, or a wrapper changed observations without changing the space.",
         "A correct env's observations are members of its observation space; 1% tolerance covers envs whose "
         "declared bounds are loose conventions."),
+    Invariant(
+        "weights_as_stamped", "boundary", "weight-sync", 1e-9, 2,
+        "Actors act with other weights than the network age they report",
+        "The fingerprint of the weights an actor acted with differs from the learner's weights of the network "
+        "age stamped on its rollout: weights are sent under the wrong age (a stale copy published as new), "
+        "received but not loaded, or loaded into a network the actor does not act with.",
+        "Fingerprints are float64 sums of the same parameters; the same weights agree to 1e-12 on any device."),
+    Invariant(
+        "learner_sees_actor_data", "boundary", "preprocessing", 1e-3, 2,
+        "The learner and the actors disagree on the probability of the same action",
+        "On a batch of staleness 0 the learner's network is the one that acted, so its log-probability of each "
+        "behaviour action must be the actor's; it is not, so the learner reads other inputs than the actor did "
+        "(a transform, normalisation or dtype on one side only). When the actor's own record or the rollout's "
+        "observations are also wrong, the invariants of the actor, upstream, say so first.",
+        "Same weights, same observation, same function: equal up to float32 rounding of two batched forward "
+        "passes (1e-5 nats); 1e-3 has no false alarm. Judged only at staleness 0."),
     # ----------------------------------------------------------------- dataflow (returns, policy, value)
     Invariant(
         "returns_recomputed", "dataflow", "returns", 1e-3, 2,
