@@ -39,7 +39,6 @@ from .rows import RowObserver, RowWriter
 from .status import COMPLETED, ended_by
 from .tracker import RunTracker
 
-
 WIRED_STATISTICS = (("inv_weights_as_stamped", "weights_mismatch"), ("inv_learner_sees_actor_data", "logp_discrepancy"))
 """Invariant statistics that are checks the run already makes under their own keys."""
 
