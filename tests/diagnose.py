@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from planted_bugs import PlantedBug
+from planted_bugs import PlantedBug, plant_in_ray_workers
 
 from rlvitals.config import TrainConfig
 from rlvitals.run import train_in
@@ -54,15 +54,24 @@ def diagnose(run_dir: Path, env: str = "CartPole-v1", bug: PlantedBug | None = N
     def stop() -> bool:
         return (stop_on_verdict and bool(loud)) or time.monotonic() - started > budget_s
 
+    if bug is not None and env == "CartPole-v1":
+        env = bug.env   # the env the bug was designed on (a continuous-action one for some)
     cfg_fields = {"env": env, "seed": seed, "run_dir": str(run_dir), "progress": False, "verbosity": "off",
                   "total_env_steps": 10_000_000, **(bug.overrides if bug else {}), **overrides}
     cfg = TrainConfig(**cfg_fields).validate()
 
     monitor_hook = _LoudHook(loud)
-    with pytest.MonkeyPatch.context() as mp:
-        if bug is not None:
-            bug.apply(mp)
-        summary, path = train_in(cfg, ["diagnose"], stop=stop, observers=[monitor_hook])
+    owns_ray = plant_in_ray_workers(bug) if bug is not None else False
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            if bug is not None:
+                bug.apply(mp)
+            summary, path = train_in(cfg, ["diagnose"], stop=stop, observers=[monitor_hook])
+    finally:
+        if owns_ray:
+            import ray
+
+            ray.shutdown()
     verdicts = read_verdicts(path / "verdicts.json")
     loud_verdicts = [v for v in verdicts if v.severity in LOUD]
     fired = min((fire_time(v) for v in loud_verdicts), default=None)
