@@ -92,6 +92,7 @@ class Run:
         run = cls(cfg, archive, telemetry, net, learner, device, stop, observers)
         if resume is not None and learner is not None:
             restore(resume, net, learner, run.tracker)
+            run.invariants.load_state(resume.get("invariants", {}))   # a broken invariant stays broken
         return run
 
     # ------------------------------------------------------------- the loop
@@ -253,7 +254,7 @@ class Run:
         return Reading(t.env_steps, t.elapsed, t.mean_return(), self.stats, self.net.age)
 
     def save_checkpoint(self) -> None:
-        save_checkpoint(self.archive, self.cfg, self.net, self.learner, self.tracker, self.telemetry)
+        save_checkpoint(self.archive, self.cfg, self.net, self.learner, self.tracker, self.telemetry, self.invariants)
 
     def finish(self, status: str, extra: dict) -> dict:
         """Final checkpoint, last metrics row, summary.json, observers closed: however the run ends."""
