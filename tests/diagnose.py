@@ -7,6 +7,7 @@ budget of run seconds.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,8 +46,24 @@ def fire_time(v: Verdict) -> float:
     return (v.first_seconds or 0.0) + BY_RULE[v.rule].hold_seconds if v.rule in BY_RULE else (v.first_seconds or 0)
 
 
+def slow_down(mp: pytest.MonkeyPatch, factor: float) -> None:
+    """Every collection takes `factor` times as long: the env and the actor slowed alike, as on a slower machine."""
+    from rlvitals.actors.runner import EnvRunner
+
+    original = EnvRunner.collect
+
+    @functools.wraps(original)
+    def collect(self, policy, num_steps):
+        started = time.perf_counter()
+        rollout = original(self, policy, num_steps)
+        time.sleep((factor - 1) * (time.perf_counter() - started))
+        return rollout
+
+    mp.setattr(EnvRunner, "collect", collect)
+
+
 def diagnose(run_dir: Path, env: str = "CartPole-v1", bug: PlantedBug | None = None, budget_s: float = 60.0,
-             stop_on_verdict: bool = True, seed: int = 0, **overrides) -> Diagnosis:
+             stop_on_verdict: bool = True, seed: int = 0, slowdown: float = 1.0, **overrides) -> Diagnosis:
     loud: list[Verdict] = []
 
     started = time.monotonic()
@@ -64,6 +81,8 @@ def diagnose(run_dir: Path, env: str = "CartPole-v1", bug: PlantedBug | None = N
     owns_ray = plant_in_ray_workers(bug) if bug is not None else False
     try:
         with pytest.MonkeyPatch.context() as mp:
+            if slowdown != 1.0:
+                slow_down(mp, slowdown)
             if bug is not None:
                 bug.apply(mp)
             summary, path = train_in(cfg, ["diagnose"], stop=stop, observers=[monitor_hook])
