@@ -269,6 +269,7 @@ class Run:
         verdicts = self.health.finish()
         summary = {**t.summary(self.net.age, self.cfg.agent), "status": status, **extra,
                    "nonfinite_batches_skipped": self.guard.skipped, "samples": t.accounting(),
+                   "judgement": {**t.judgement(), "invariants_broken": dict(self.invariants.broken_at)},
                    "verdicts": {s: sum(v.severity == s for v in verdicts) for s in SEVERITIES}}
         self.archive.write_summary(summary)
         self.rows.close(self.archive.path)
