@@ -10,7 +10,8 @@ from typing import get_origin
 
 import yaml
 
-from .config import RETIRED_FIELDS, ConfigError, TrainConfig, coerce, field_types
+from .config import RETIRED_FIELDS, ConfigError, TrainConfig, coerce, field_types, load_yaml
+from .config_yaml import parse_yaml
 from .status import status_and_cause
 
 IDENTITY = ("env", "agent", "seed", "mode", "run_dir", "total_env_steps", "progress", "metrics_port",
@@ -22,10 +23,9 @@ IDENTITY = ("env", "agent", "seed", "mode", "run_dir", "total_env_steps", "progr
 def _load(run: Path) -> dict | None:
     """The run's config and summary; None for a folder that is not a readable run (a torn summary is named)."""
     try:
-        config = yaml.safe_load((run / "config.yaml").read_text()) or {}
-    except (OSError, ValueError, yaml.YAMLError):
-        return None
-    if not isinstance(config, dict):  # some other tool's config.yaml
+        config = load_yaml(run / "config.yaml", what="config.yaml")
+    except ConfigError as exc:  # some other tool's config.yaml, or a hostile one: named, never expanded
+        logging.getLogger("rlvitals.runs").warning("skipped run %s: %s", run, " ".join(str(exc).split()))
         return None
     summary: object = {}
     if (run / "summary.json").is_file():
@@ -107,7 +107,7 @@ class _Key:
         """A --filter value as the key's values are typed: 1e-3 equals 0.001, true equals yes, 64,64 a tuple."""
         try:
             if self.path:
-                return yaml.safe_load(text)
+                return parse_yaml(text)
             return coerce(self.field, text) if self.field else text
         except (ConfigError, yaml.YAMLError) as exc:
             raise ValueError(f"--filter {given!r}: {' '.join(str(exc).split())}") from None

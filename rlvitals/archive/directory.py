@@ -29,8 +29,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from ..config_yaml import dump_yaml
 from .checkpoints import BEST, CHECKPOINT_FORMAT, LATEST, place_as, prune_updates, read_checkpoint, update_file
 from .cleanup import remove_dead_targets, remove_temporaries, trim_metrics
 from .files import ArchiveWriteError, atomic_write_bytes, file_mode, folder_mode, make_folder, set_tree_mode
@@ -114,7 +113,7 @@ class RunArchive:
             "platform": platform.platform(),
             "hostname": socket.gethostname(),
         }
-        atomic_write_bytes(archive.path / "config.yaml", yaml.safe_dump(config, sort_keys=True).encode())
+        atomic_write_bytes(archive.path / "config.yaml", dump_yaml(config).encode())
         atomic_write_bytes(archive.path / "meta.json", json.dumps(meta, indent=2).encode())
         return archive
 
@@ -145,7 +144,7 @@ class RunArchive:
                                                "env_steps": env_steps, "code_version": code_version(),
                                                "metrics_rows_removed": rows_removed, "files_removed": removed})
         atomic_write_bytes(self.path / "meta.json", json.dumps(meta, indent=2).encode())
-        atomic_write_bytes(self.path / "config.yaml", yaml.safe_dump(config, sort_keys=True).encode())
+        atomic_write_bytes(self.path / "config.yaml", dump_yaml(config).encode())
 
     def remove_leftovers(self) -> list[str]:
         """Temporaries of interrupted atomic writes and every discovery file: only while holding the lock."""
@@ -164,7 +163,9 @@ class RunArchive:
 
     @property
     def config(self) -> dict[str, Any]:
-        return yaml.safe_load((self.path / "config.yaml").read_text())
+        from ..config import load_yaml
+
+        return load_yaml(self.path / "config.yaml", what="config.yaml")
 
     def append_metrics(self, row: dict[str, Any]) -> None:
         """Append one row whole or not at all (a failed write is cut back, so no torn line stays)."""

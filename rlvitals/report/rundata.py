@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import yaml
 
+from ..config import ConfigError, load_yaml
 from ..status import RUNNING, run_status, status_and_cause
 
 RUN_FILES = ("config.yaml", "meta.json", "metrics.jsonl")
@@ -210,13 +210,13 @@ def load_run(path: str, max_points: int = MAX_POINTS) -> Run:
     run_dir = check_run_dir(path)
     notes: list[str] = []
     config: dict = {}
-    try:
-        loaded = yaml.safe_load((run_dir / "config.yaml").read_text())
-        config = loaded if isinstance(loaded, dict) else {}
-    except FileNotFoundError:
+    if not (run_dir / "config.yaml").exists():
         notes.append("no config.yaml")
-    except (OSError, yaml.YAMLError):
-        notes.append("config.yaml could not be read; the config is left out")
+    else:
+        try:
+            config = load_yaml(run_dir / "config.yaml", what="config.yaml")
+        except ConfigError as exc:
+            notes.append(f"{' '.join(str(exc).split())}; the config is left out")
     meta = _read_json(run_dir / "meta.json", notes, "meta.json") or {}
     summary = _read_json(run_dir / "summary.json", notes, "summary.json")
     if summary is None:
