@@ -253,8 +253,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     except ReportError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:  # e.g. an -o path where nothing can be written
-        raise UsageError(f"{args.output or exc.filename!r} is unusable ({exc.strerror or exc}); expected readable "
-                         "run directories and a writable -o path") from None
+        raise UsageError(_unusable(exc, args.output)) from None
     print(json.dumps({"report": str(path), "bytes": size}))
     return 0
 
@@ -267,8 +266,18 @@ def cmd_export(args: argparse.Namespace) -> int:
         path, rows = export_tensorboard(args.run_dir)
     except ReportError as exc:
         raise UsageError(str(exc)) from None
+    except OSError as exc:  # as cmd_report: a run directory that cannot be read or listed
+        raise UsageError(_unusable(exc, args.run_dir)) from None
     print(json.dumps({"tensorboard": str(path), "rows": rows}))
     return 0
+
+
+def _unusable(exc: OSError, given: str | None) -> str:
+    """One line for an OSError of report or export: the path the error names (else the one given), and why."""
+    where = exc.filename or given
+    where = f"{str(where)!r} is unusable" if where is not None else "a file of the run is unusable"
+    return (f"{where} ({exc.strerror or exc}); expected readable run directories and a writable place for "
+            "what is written")
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

@@ -80,6 +80,11 @@ class RunArchive:
         self.summary_written = self.summary_failed = False
         self.rows_lost = 0
 
+    def record_failure(self, error: ArchiveWriteError) -> None:
+        """A write into the run directory by someone else (a row observer: TensorBoard's event file) failed:
+        the run ends on it as on a failed write of its own (raised once, noted after)."""
+        self._failed(error)
+
     def _failed(self, error: ArchiveWriteError) -> None:
         """Raise the first write failure; later ones (the run is ending because of it) are only noted."""
         if self.write_error is None:

@@ -76,9 +76,10 @@ class ArchiveWriteError(RuntimeError):
     composed when shown, so it says how the rest of the archive fared after the failure.
     """
 
-    def __init__(self, path: Path, size: int, error: OSError):
+    def __init__(self, path: Path, size: int, error: OSError, kept: str = "temporary file removed"):
         super().__init__(str(path))
-        self.path, self.size, self.error = Path(path), size, error
+        self.path, self.size, self.error, self.kept = Path(path), size, error, kept
+        """kept: what the failed write left, in words (an atomic write leaves nothing: its temporary goes)."""
         self.archive: RunArchive | None = None
         try:
             self.free = shutil.disk_usage(self.path.parent).free
@@ -92,7 +93,7 @@ class ArchiveWriteError(RuntimeError):
     def __str__(self) -> str:
         what = "no space left" if self.no_space else (self.error.strerror or type(self.error).__name__).lower()
         free = f", {size_text(self.free)} free there" if self.free is not None else ""
-        text = f"{what} writing {self.path} ({size_text(self.size)} needed{free}): temporary file removed"
+        text = f"{what} writing {self.path} ({size_text(self.size)} needed{free}): {self.kept}"
         archive = self.archive
         if archive is None:
             return text
@@ -111,12 +112,14 @@ class ArchiveWriteError(RuntimeError):
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write `path` whole or not at all: temp file, fsync, rename, fsync of the folder.
 
-    The file gets its folder's read and write bits (file_mode). ArchiveWriteError when it
-    cannot be written (the temp file is removed, `path` is untouched).
+    The file gets its folder's read and write bits (file_mode). A link planted under the
+    temporary's name is not followed (O_NOFOLLOW), and the rename replaces a link at `path`
+    rather than writing through it. ArchiveWriteError when it cannot be written (the temp
+    file is removed, `path` is untouched).
     """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, file_mode(path.parent))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, file_mode(path.parent))
         with open(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
