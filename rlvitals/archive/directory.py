@@ -158,7 +158,10 @@ class RunArchive:
 
     @property
     def meta(self) -> dict[str, Any]:
-        return json.loads((self.path / "meta.json").read_text())
+        """meta.json; OSError or ValueError (torn, too large, no regular file) when it cannot be read."""
+        from ..limits import JSON_BYTES_MAX, read_bounded
+
+        return json.loads(read_bounded(self.path / "meta.json", JSON_BYTES_MAX, "meta.json"))
 
     @property
     def run_id(self) -> str:
