@@ -44,6 +44,9 @@ def build_parser() -> Parser:
                                                               "greedily (the most likely action, the Gaussian's mean)")
     acting.add_argument("--greedy", action="store_true", help="act greedily: the default, accepted for older scripts")
     ev.add_argument("--seed", type=int, default=12345, help="seed of the evaluation envs")
+    ev.add_argument("--env", metavar="MODULE:ENV_ID",
+                    help="the env the checkpoint was trained on, where it is module:EnvId: naming it allows importing "
+                         "that module (a checkpoint is data and never makes rlvitals import code by itself)")
 
     runs = sub.add_parser("runs", help="list the runs under a directory as a table")
     runs.add_argument("directory", help="directory holding run directories (searched recursively)")
@@ -227,7 +230,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     try:
         result = evaluate_run(args.run_dir, args.episodes, greedy=not args.sample, seed=args.seed,
-                              checkpoint=args.checkpoint)
+                              checkpoint=args.checkpoint, env=args.env)
     except (ValueError, OSError) as exc:
         raise UsageError(str(exc)) from None
     print(json.dumps(result))
