@@ -148,12 +148,18 @@ def preflight(cfg: TrainConfig, fresh_dir: bool = True) -> None:
 def resume_config(args: argparse.Namespace) -> tuple[TrainConfig, dict]:
     """The config of the run being resumed, with the few overrides that keep it the same run."""
     from .archive import RunArchive
+    from .archive.files import refuse_links
     from .checkpoint import RESUMABLE_FIELDS, check_resumable
     from .validate import check_checkpoint_content
 
     path = Path(args.resume)
     if not (path / "config.yaml").is_file():
         raise ConfigError(f"resume={args.resume!r} is invalid: no config.yaml there; expected a run directory")
+    refuse_links(path)  # a resume appends, truncates and replaces files: never through a link
+    if not os.path.lexists(path / "checkpoints" / "latest.pt"):
+        raise ConfigError(f"resume={args.resume!r} is invalid: the run ended before its first checkpoint, so there "
+                          f"is nothing to resume{_cleaned(path)}; expected a run directory with "
+                          "checkpoints/latest.pt (start a new run instead)")
     try:
         state = RunArchive(path).load_checkpoint()
         check_checkpoint_content(path / "checkpoints" / "latest.pt", state)
@@ -171,6 +177,20 @@ def resume_config(args: argparse.Namespace) -> tuple[TrainConfig, dict]:
     saved.update(overrides)
     saved["run_dir"] = str(path)
     return build_config(None, saved), state
+
+
+def _cleaned(path: Path) -> str:
+    """Remove what a run killed before its first checkpoint left (its discovery files: targets Prometheus shows
+    down for ever; temporaries), holding its lock; the words saying so, for the refusal's line."""
+    from .archive import RunArchive
+
+    archive = RunArchive(path)
+    archive.lock()  # RunDirBusy when the run is in fact alive
+    try:
+        removed = archive.remove_leftovers()
+    finally:
+        archive.close()
+    return f" (removed what its dead processes left: {', '.join(removed)})" if removed else ""
 
 
 def cmd_train(args: argparse.Namespace) -> int:

@@ -32,7 +32,16 @@ from typing import Any
 from ..config_yaml import dump_yaml
 from .checkpoints import BEST, CHECKPOINT_FORMAT, LATEST, place_as, prune_updates, read_checkpoint, update_file
 from .cleanup import remove_dead_targets, remove_temporaries, trim_metrics
-from .files import ArchiveWriteError, atomic_write_bytes, file_mode, folder_mode, make_folder, set_tree_mode
+from .files import (
+    ArchiveWriteError,
+    LinkRefused,
+    atomic_write_bytes,
+    file_mode,
+    folder_mode,
+    make_folder,
+    refuse_links,
+    set_tree_mode,
+)
 from .lock import lock_run_dir
 from .provenance import code_version, package_versions
 
@@ -96,6 +105,12 @@ class RunArchive:
         """Hold the run directory's lock until close() (or the end of this process). RunDirBusy if taken."""
         if self._lock_fd is None:
             self._lock_fd = lock_run_dir(self.path)
+            try:
+                refuse_links(self.path)  # checked with the lock held: no other rlvitals writer changes it now
+            except LinkRefused:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+                raise
             _LAST[:] = [self]
 
     @classmethod

@@ -15,10 +15,19 @@ import os
 import shutil
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .directory import RunArchive
+from ..config import ConfigError
+
+
+class ArchiveState(Protocol):
+    """What a write error reports of the run directory it happened in (directory.RunArchive has these)."""
+
+    path: Path
+    last_checkpoint_updates: int | None
+    summary_written: bool
+    summary_failed: bool
+    rows_lost: int
 
 OWNER_ONLY = 0o700
 GROUP_READABLE = 0o750
@@ -80,7 +89,7 @@ class ArchiveWriteError(RuntimeError):
         super().__init__(str(path))
         self.path, self.size, self.error, self.kept = Path(path), size, error, kept
         """kept: what the failed write left, in words (an atomic write leaves nothing: its temporary goes)."""
-        self.archive: RunArchive | None = None
+        self.archive: ArchiveState | None = None
         try:
             self.free = shutil.disk_usage(self.path.parent).free
         except OSError:
@@ -134,6 +143,27 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         if isinstance(exc, OSError):
             raise ArchiveWriteError(path, len(data), exc) from None
         raise
+
+
+class LinkRefused(ConfigError):
+    """A run directory holds a symbolic link where rlvitals writes: writing would land outside it."""
+
+
+def refuse_links(run_dir: Path) -> None:
+    """LinkRefused (one line) naming the first symbolic link in the run directory, its checkpoints/ or
+    discovery/: a writer appends to metrics.jsonl, truncates it on resume, replaces checkpoints and removes
+    discovery files, and through a link any of these would reach another file of the user's."""
+    for folder in (run_dir, run_dir / "checkpoints", run_dir / "discovery"):
+        if folder != run_dir and folder.is_symlink():
+            link = folder
+        elif not folder.is_dir():
+            continue
+        else:
+            link = next((Path(e.path) for e in os.scandir(folder) if e.is_symlink()), None)
+        if link is not None:
+            raise LinkRefused(f"run_dir={str(run_dir)!r} is invalid: {link.relative_to(run_dir)} is a symbolic "
+                              f"link; expected a run directory without links (rlvitals never writes through one: "
+                              "replace it with the file itself)")
 
 
 def fsync_folder(folder: Path) -> None:
