@@ -367,6 +367,8 @@ def load_yaml(path: str | Path, what: str = "config file") -> dict[str, Any]:
 
 def build_config(yaml_path: str | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
     """Defaults, then the YAML file, then command-line overrides; validated."""
+    from .limits import check_nesting
+
     values: dict[str, Any] = {}
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     layers = []
@@ -382,5 +384,6 @@ def build_config(yaml_path: str | None = None, overrides: dict[str, Any] | None 
                 continue
             if name not in known:
                 raise ConfigError(f"unknown config field {name!r}: expected one of {', '.join(sorted(known))}")
+            check_nesting(name, raw)  # before anything walks or prints it recursively
             values[name] = coerce(name, raw)
     return TrainConfig(**values).validate()
