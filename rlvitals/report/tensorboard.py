@@ -192,17 +192,19 @@ def export_tensorboard(run_dir: str) -> tuple[Path, int]:
     event file is refused in one line (ReportError) before anything is written, and a
     failed write (ArchiveWriteError) leaves the run's files as they were.
     """
-    from rlvitals.archive import lock_run_dir
+    from rlvitals.archive.lock import LOCK_NAME, lock_run_dir
 
     path = check_run_dir(run_dir)
     metrics = path / "metrics.jsonl"
     if not os.path.lexists(metrics):
         raise ReportError(f"RUN_DIR {run_dir!r} is invalid: it has no metrics.jsonl to export; expected a run "
                           "directory with metric rows")
-    try:
-        lock = lock_run_dir(path, write_pid=False)  # no run writes it meanwhile: its live event file would go
-    except OSError as exc:
-        raise _unwritable(path, run_dir, exc) from None
+    lock = None
+    if os.path.lexists(path / LOCK_NAME):  # a run made without one (older, or a copy) has no writer to wait for
+        try:
+            lock = lock_run_dir(path, write_pid=False)  # no run writes it meanwhile: its live event file would go
+        except OSError as exc:
+            raise _unwritable(path, run_dir, exc) from None
     try:
         old = _event_files(path, run_dir)
         _remove_stale_staging(path)
@@ -215,7 +217,8 @@ def export_tensorboard(run_dir: str) -> tuple[Path, int]:
         finally:
             _remove_stale_staging(path, staging.name)
     finally:
-        os.close(lock)
+        if lock is not None:
+            os.close(lock)
     return target, rows
 
 
