@@ -190,6 +190,60 @@ def test_killed_actor_is_restarted_counted_and_rediscovered(ray_address, tmp_pat
     summary, err = finish(proc)
     assert summary["status"] == "terminated" and summary["actor_restarts"] >= 1, summary
     assert "restarted by Ray" in err
+    assert ARGS_IN_STORE not in err, "Ray says a restart of this actor could fail"
+
+
+# Ray warns (an E line) when an actor that may restart was created from arguments in the object store:
+# a restart after they go out of scope fails. An actor handle as an argument counts as one.
+ARGS_IN_STORE = "has constructor arguments in the object store"
+RESTART_AFTER_SCOPE = """
+import gc, json, sys, time
+import ray
+from rlvitals.archive import RunArchive
+from rlvitals.config import TrainConfig
+from rlvitals.distributed.fleet import Fleet
+from rlvitals.run import run_info
+from rlvitals.telemetry.interface import or_null
+
+address, run_dir = sys.argv[1:3]
+ray.init(address=address, configure_logging=False, log_to_driver=False)
+cfg = TrainConfig(mode="ray", address=address, num_actors=1, num_envs=2, rollout_length=8, verbosity="off",
+                  run_dir=run_dir).validate()
+archive = RunArchive.create(cfg.run_dir, cfg.to_dict(), ["restart-test"])
+fleet = Fleet(cfg, archive, or_null(None), run_info(cfg, archive))
+actor = fleet.actors[0]
+first = ray.get(actor.endpoint.remote())
+del cfg
+gc.collect()   # whatever the actor was created from is out of scope on the driver now
+ray.kill(actor, no_restart=False)   # a death Ray answers with a restart, as it would a crash
+deadline = time.monotonic() + 180
+while True:
+    try:
+        back = ray.get(actor.endpoint.remote(), timeout=60)
+        if back["pid"] != first["pid"]:
+            break
+    except ray.exceptions.RayError:
+        pass
+    assert time.monotonic() < deadline, "the killed actor never came back"
+    time.sleep(0.2)
+rollout = ray.get(actor.collect.remote(None, -1), timeout=180)
+print(json.dumps({"first": first["pid"], "back": back["pid"], "env_steps": rollout.env_steps,
+                  "restarts": fleet.count_restarts()}), flush=True)
+fleet.shutdown()
+archive.close()
+ray.shutdown()
+"""
+
+
+def test_an_actor_restarted_after_its_creators_arguments_are_gone_comes_back_and_delivers(ray_address, tmp_path):
+    env = {**os.environ, **RAY_ENV}
+    done = subprocess.run([sys.executable, "-c", RESTART_AFTER_SCOPE, ray_address, str(tmp_path / "run")],
+                          env=env, capture_output=True, text=True, timeout=420)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["back"] != result["first"] and result["restarts"] == 1, result
+    assert result["env_steps"] == 2 * 8, result
+    assert ARGS_IN_STORE not in done.stderr, done.stderr[-3000:]
 
 
 FAULTY_ENV = '''
