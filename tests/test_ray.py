@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import http_get, prometheus_watching
 from rlvitals.rows import MEASURED_KEYS
@@ -110,14 +111,18 @@ def test_two_actors_learn_cartpole_and_every_endpoint_is_scraped(ray_address, tm
     assert list((run_dir / "discovery").glob("*.json")) == [], "discovery files left behind"
 
 
-NORMALIZED = ["--num-envs", "4", "--rollout-length", "64", "--num-minibatches", "2", "--update-epochs", "2",
-              "--normalize-observations", "true", "--normalize-rewards", "true"]
+# Tiny rollouts, so a run of 60 updates stays cheap: 4 envs x 16 steps, 2 epochs of 2 minibatches.
+TINY = ["--num-envs", "4", "--rollout-length", "16", "--num-minibatches", "2", "--update-epochs", "2"]
+REPLAY_UPDATES = 60
+NORMALIZED = ["--normalize-observations", "true", "--normalize-rewards", "true"]
 
 
-@pytest.mark.parametrize("steps, extra", [(12000, []), (2048, NORMALIZED)], ids=["default", "normalized"])
-def test_one_actor_sync_replays_local_mode(ray_address, tmp_path, steps, extra):
-    """Bit for bit, also with the observation statistics and the reward scale carried to the actor."""
-    common = ["--total-env-steps", str(steps), "--seed", "3", "--verbosity", "off", "--progress", "false", *extra]
+@pytest.mark.parametrize("extra", [[], NORMALIZED], ids=["default", "normalized"])
+def test_one_actor_sync_replays_local_mode(ray_address, tmp_path, extra):
+    """Bit for bit over 60 updates, rows and final weights, also with the observation statistics and the
+    reward scale carried to the actor."""
+    common = ["--total-env-steps", str(REPLAY_UPDATES * 4 * 16), "--seed", "3", "--verbosity", "off",
+              "--progress", "false", *TINY, *extra]
     local = subprocess.run([sys.executable, "-m", "rlvitals.cli", "train", "--mode", "local",
                             "--run-dir", str(tmp_path / "local"), *common], capture_output=True, text=True)
     assert local.returncode == 0, local.stderr
@@ -128,9 +133,16 @@ def test_one_actor_sync_replays_local_mode(ray_address, tmp_path, steps, extra):
         rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
         return [{k: v for k, v in row.items() if k not in MEASURED_KEYS} for row in rows]
 
-    assert len(curve("local")) >= 3
+    def final_weights(name):  # the network (and its observation statistics) the run ended with
+        return torch.load(tmp_path / name / "checkpoints" / "latest.pt", weights_only=True)["network"]
+
+    assert curve("local")[-1]["updates"] >= REPLAY_UPDATES
     assert not extra or curve("local")[-1]["obs_norm_samples"] > 0
     assert curve("ray") == curve("local")
+    local_net, ray_net = final_weights("local"), final_weights("ray")
+    assert local_net.keys() == ray_net.keys()
+    changed = [k for k in local_net if not torch.equal(local_net[k], ray_net[k])]
+    assert changed == [], f"final weights differ in {changed}"
 
 
 def test_async_rollouts_are_learned_oldest_first_so_none_goes_stale(ray_address, tmp_path):
