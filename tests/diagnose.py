@@ -1,13 +1,15 @@
 """Run a planted bug (or none) on a real env and collect what the health rules said, and when.
 
 Shared by tests/test_diagnosis.py and bench/diagnosis.py. A run stops as soon
-as a warning-or-worse verdict fires (the diagnosis is in), or after its time
-budget of run seconds.
+as a warning-or-worse verdict fires (the diagnosis is in), or once `until`
+says the event a test waits for has happened, or after its time budget of run
+seconds: in a test, an upper bound that only a hung run reaches.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,13 +48,17 @@ def fire_time(v: Verdict) -> float:
 
 
 def diagnose(run_dir: Path, env: str = "CartPole-v1", bug: PlantedBug | None = None, budget_s: float = 60.0,
-             stop_on_verdict: bool = True, seed: int = 0, **overrides) -> Diagnosis:
+             stop_on_verdict: bool = True, seed: int = 0,
+             until: Callable[[list[dict], list[Verdict]], bool] | None = None, **overrides) -> Diagnosis:
+    """`until(rows, loud)`: stop once true, given the rows written so far and the loud verdicts fired so far."""
     loud: list[Verdict] = []
+    rows: list[dict] = []
 
     started = time.monotonic()
 
     def stop() -> bool:
-        return (stop_on_verdict and bool(loud)) or time.monotonic() - started > budget_s
+        return ((stop_on_verdict and bool(loud)) or (until is not None and until(rows, loud))
+                or time.monotonic() - started > budget_s)
 
     cfg_fields = {"env": env, "seed": seed, "run_dir": str(run_dir), "progress": False, "verbosity": "off",
                   "total_env_steps": 10_000_000, **(bug.overrides if bug else {}), **overrides}
@@ -62,7 +68,7 @@ def diagnose(run_dir: Path, env: str = "CartPole-v1", bug: PlantedBug | None = N
     with pytest.MonkeyPatch.context() as mp:
         if bug is not None:
             bug.apply(mp)
-        summary, path = train_in(cfg, ["diagnose"], stop=stop, observers=[monitor_hook])
+        summary, path = train_in(cfg, ["diagnose"], stop=stop, observers=[monitor_hook, rows.append])
     verdicts = read_verdicts(path / "verdicts.json")
     loud_verdicts = [v for v in verdicts if v.severity in LOUD]
     fired = min((fire_time(v) for v in loud_verdicts), default=None)
