@@ -28,7 +28,8 @@ from rlvitals.telemetry.recorder import Recorder
 
 CPU = torch.device("cpu")
 LIVE_LEVELS = ("minimal", "standard", "debug")
-LIVE_STEPS = 20_000
+LIVE_STEPS = 50_000_000
+"""Far more steps than a live run takes: the tests stop it with SIGTERM once they have seen what they check."""
 
 # A tiny env in which every statistic is defined: 3 to 5 steps per episode, a final reward that
 # varies (with an observed sign and the last action), success reported in `info`. Written to a
