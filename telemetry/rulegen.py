@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from .fleet_rules import PROCESSES
 from .promexpr import duration
 from .rules import RULES, Rule, thresholds
 from .verdicts import COMPONENTS
@@ -35,6 +36,8 @@ def alert(rule: Rule) -> dict:
     out["annotations"] = {"summary": rule.summary, "description": rule.check,
                           "runbook_url": f"{RUNBOOK_BASE}#{rule.anchor}",
                           "dashboard": DASHBOARD[rule.component]}
+    if rule.name in PROCESSES:  # a fleet rule: which processes its count is made of
+        out["annotations"]["processes"] = PROCESSES[rule.name]
     return out
 
 
@@ -47,6 +50,8 @@ HEADER = """\
 # rule's section of docs/health.md. Every series is aggregated `by (run_id)` so
 # the processes of one run meet in one value. The offline evaluator
 # (telemetry/health.py) applies the same expressions to a run's metrics.jsonl.
+# Fleet rules (telemetry/fleet_rules.py) are one alert per run whose value counts
+# the processes affected; their `processes` annotation names a few by instance and node.
 """
 
 
@@ -78,7 +83,13 @@ def render_docs() -> str:
            "- **after**: the rule applies only after that many learner updates (start-up transients).",
            "- Row keys are the keys of `metrics.jsonl` (the catalogue's `source`, docs/metrics.md); value-like "
            "thresholds are scale-free: they compare with the reward scale and the horizon 1/(1-gamma).",
-           "- **live only**: reads series the run does not record (scrape health, GPU); Prometheus only.", "",
+           "- **live only**: reads series the run does not record (scrape health, GPU); Prometheus only.",
+           "- **fleet rules** (`telemetry/fleet_rules.py`) compare each actor with its peers: the fleet's median and "
+           "its spread (1.4826 x the median absolute deviation), with a floor on the spread so a fleet of ordinary "
+           "spread never alerts. Each is one alert per run (and kind of process) whose value counts the processes "
+           "affected; its `processes` annotation names a few by instance and node. They are live only: a run's "
+           "rows hold run-level values, not one per actor, so `verdicts.json` cannot name an actor; Prometheus "
+           "(and Alertmanager) does.", "",
            "## Verdicts", "",
            "`verdicts.json` in the run directory and `rlvitals doctor --json` print a JSON list of objects "
            "with these fields (a stable interface; fields are only ever added):", "",
@@ -96,13 +107,18 @@ def render_docs() -> str:
             for r in RULES]
     for r in RULES:
         summary = r.summary.replace(" in run {{ $labels.run_id }}", "").replace("{{ $labels.component }}", "")
+        summary = summary.replace("{{ $value }}", "N").replace(" {{ $labels.process }}", "").replace(
+            " of run {{ $labels.run_id }}", "")
         out += ["", f"### {r.name}", "", f"{summary}.", "",
                 f"- component: `{r.component}`; severity: {r.severity}; horizon: {r.horizon}; "
                 f"hold: {r.hold_seconds} s" + (f"; after {r.after_updates} updates" if r.after_updates else ""),
                 f"- reads: {', '.join(f'`{k}`' for k in sorted(r.condition.keys())) or 'live series only'}"
                 + (" (live only)" if r.live_only else ""),
                 f"- thresholds drawn: {_threshold_text(r)}",
-                f"- PromQL: `{r.promql()}`", "", r.check]
+                f"- PromQL: `{r.promql()}`"]
+        if r.name in PROCESSES:
+            out += ["- names the processes in its `processes` annotation: up to 5, by instance and node"]
+        out += ["", r.check]
     return "\n".join(out) + "\n"
 
 
