@@ -269,17 +269,19 @@ RANK = {"topk": "highest", "bottomk": "lowest"}
 
 
 def fleet(name: str, *, of: str = "actor", worst: str = "bottomk", own: bool = True, by: tuple[str, ...] = (),
-          keep: tuple[str, ...] = (), also: tuple[str, ...] = (), also_legends: tuple[str, ...] = (), sidecars: bool = False,
+          keep: tuple[str, ...] = (), also: tuple[str, ...] = (), also_legends: tuple[str, ...] = (),
+          sidecars: bool = False,
           title: str | None = None, counts: str = "", unit: str | None = None, lo: float | None = None,
           hi: float | None = None, **kw) -> Panel:
     """A per-process metric of a fleet of any size, in about a dozen lines per run.
 
     The run's single processes (learner, local) keep their own lines; across the fleet (`of`: actors or
-    node sidecars) the min, median and max (per `by` label); the OUTLIERS processes that rank `worst` over the shown range
-    (a counter by its mean rate, a gauge by its latest value), by instance and node; and the processes picked
-    in the $instance variable. `also` adds per-run lines of bounded metrics (the learner's own network age,
-    a machine's total memory: max over processes), `sidecars` the max over node sidecars. `keep` labels (a
-    machine's `gpu`) tell apart the series of one process: the distribution is over all of them.
+    node sidecars) the min, median and max (per `by` label); the OUTLIERS processes that rank `worst` over
+    the shown range (a counter by its mean rate, a gauge by its latest value), by instance and node; and
+    the processes picked in the $instance variable. `also` adds per-run lines of bounded metrics (the
+    learner's own network age, a machine's total memory: max over processes), `sidecars` the max over node
+    sidecars. `keep` labels (a machine's `gpu`) tell apart the series of one process: the distribution is
+    over all of them.
     """
     m = metric(name)
     rate = m.kind == "counter"

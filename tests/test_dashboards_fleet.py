@@ -23,7 +23,8 @@ PER_PROCESS_LABELS = {"instance", "node", "actor", "pid"}
 """Labels with one value per process (or per machine): grouping by them keeps the fleet's size."""
 MAX_NAMED = 10
 MAX_SERIES_PER_RUN = 20
-AGGREGATION = re.compile(r"\b(sum|avg|min|max|count|quantile|stddev|stdvar|group)\s*(?:(by|without)\s*\(([^)]*)\))?\s*$")
+AGGREGATION = re.compile(r"\b(sum|avg|min|max|count|quantile|stddev|stdvar|group)"
+                         r"\s*(?:(by|without)\s*\(([^)]*)\))?\s*$")
 LIMIT = re.compile(r"\b(topk|bottomk)\s*(?:by\s*\([^)]*\))?\s*$")
 LIMITED_BY_AND = re.compile(r"\band\s+on\s*\(\)\s*(topk|bottomk)\b")
 SELECTOR = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{([^}]*)\}")
