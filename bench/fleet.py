@@ -26,6 +26,7 @@ import json
 import math
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -439,8 +440,7 @@ def simulate(actors: int, faulty: int, healthy_seconds: float, fault_seconds: fl
                     evals.setdefault(name, []).append(seconds)
                 time.sleep(SCRAPE / 2)
             instances = {kind: sorted(targets_by_path(fleet, port)[p] for p in paths) for kind, paths in chosen.items()}
-            named = {kind: all(i in fired.get(EXPECTED[kind], {}).get("processes", "") for i in instances[kind])
-                     for kind in FAULTS}
+            verdicts = judge(fired, instances)
             rss_end, _ = prom.usage()
         finally:
             if prom is not None:
@@ -470,8 +470,26 @@ def simulate(actors: int, faulty: int, healthy_seconds: float, fault_seconds: fl
         "faults": {"per_kind": faulty, "faulty_instances": instances, "lost_node": node_name(lost_node),
                    "lost_processes": len(lost)},
         "alerts_after_faults": fired,
-        "faulty_actors_named": named,
+        "verdicts": verdicts,
     }
+
+
+def judge(fired: dict[str, dict], instances: dict[str, list[str]]) -> dict[str, dict]:
+    """Per fault: did its alert fire, when, counting how many, naming which of the faulty (and any healthy) actors.
+
+    An alert names at most 5 (the worst); a stalled actor is also among the slow ones, so RLActorSlow counts
+    stalled and slowed actors together and may name stalled ones first."""
+    faulty = {i for kind in instances.values() for i in kind}
+    out = {}
+    for kind in FAULTS:
+        alert = fired.get(EXPECTED[kind])
+        named = [p.split(" on node ")[0] for p in alert["processes"].split("; ") if p] if alert else []
+        out[kind] = {"alert": EXPECTED[kind], "fired_after_seconds": alert and alert["after_seconds"],
+                     "evaluation_intervals": alert and math.ceil(alert["after_seconds"] / SCRAPE),
+                     "value": alert and float(alert["value"]),
+                     "faulty_of_this_kind_named": sum(i in named for i in instances[kind]),
+                     "healthy_actors_named": sorted(set(named) - faulty)}
+    return out
 
 
 def targets_by_path(fleet: Fleet, port: int) -> dict[str, str]:
@@ -497,13 +515,15 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     from common import write_result
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # stop Prometheus and the server on the way out
+
     figures = {}
     for n in args.actors:
         print(f"simulating {n} actors ...", flush=True)
         figures[str(n)] = simulate(n, args.faulty, args.healthy_seconds, args.fault_seconds,
                                    max_seconds=args.healthy_seconds + args.fault_seconds + 600)
         summary = {k: figures[str(n)][k] for k in ("series_in_head", "scrape_duration_seconds", "prometheus",
-                                                   "healthy_phase_alerts", "faulty_actors_named")}
+                                                   "healthy_phase_alerts", "verdicts")}
         print(json.dumps(summary), flush=True)
     config = {"actors": args.actors, "faulty_per_kind": args.faulty, "healthy_seconds": args.healthy_seconds,
               "fault_seconds": args.fault_seconds, "actors_per_node": ACTORS_PER_NODE, "level": LEVEL,
