@@ -94,6 +94,8 @@ class FleetSpec:
     check: str
     processes: str
     """Template of the `processes` annotation: which processes, by instance and node."""
+    names_what: str = f"the {NAMED} worst of them (or all, if fewer), by instance and node, in instance order"
+    """What the `processes` annotation says, for docs/health.md."""
 
 
 def outliers(name: str, selection: str, worst: str, hold: int, component: str, summary: str, check: str,
@@ -131,7 +133,8 @@ FLEET: tuple[FleetSpec, ...] = (
               "gone. Discovery files of processes that ended are removed, so a down target is a live problem. One "
               "alert per run and kind of process; its value is how many are down, the `processes` annotation says "
               "how many on which nodes (all of one node: the node is gone).",
-              processes=nodes(DOWN, ("run_id", "process"))),
+              processes=nodes(DOWN, ("run_id", "process")),
+              names_what=f"how many are down on each of up to {NAMED} nodes"),
     outliers("RLActorStalled", STALLED, "bottomk", 10, "throughput",
              "{{ $value }} actor(s) stopped stepping while their peers run in run {{ $labels.run_id }}",
              "These actors took no env step for 30 s while the typical actor of the run finished rollouts at "
@@ -162,6 +165,7 @@ FLEET: tuple[FleetSpec, ...] = (
 
 PROCESSES: dict[str, str] = {spec.name: spec.processes for spec in FLEET}
 """Rule name -> its `processes` annotation (telemetry.rulegen adds it to the alert)."""
+NAMES_WHAT: dict[str, str] = {spec.name: spec.names_what for spec in FLEET}
 
 
 def fleet_rules() -> tuple:

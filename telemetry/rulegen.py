@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from .fleet_rules import PROCESSES
+from .fleet_rules import NAMES_WHAT, PROCESSES
 from .promexpr import duration
 from .rules import RULES, Rule, thresholds
 from .verdicts import COMPONENTS
@@ -117,7 +117,7 @@ def render_docs() -> str:
                 f"- thresholds drawn: {_threshold_text(r)}",
                 f"- PromQL: `{r.promql()}`"]
         if r.name in PROCESSES:
-            out += ["- names the processes in its `processes` annotation: up to 5, by instance and node"]
+            out += [f"- its value counts the processes affected; its `processes` annotation says {NAMES_WHAT[r.name]}"]
         out += ["", r.check]
     return "\n".join(out) + "\n"
 
