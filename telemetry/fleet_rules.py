@@ -12,7 +12,7 @@ found and named even though run-level sums barely move. So:
   deviation (the standard deviation a normal fleet would have, unmoved by the
   outliers themselves). An actor is an outlier when it is more than `SIGMAS`
   spreads from the median *and* beyond a floor that says what matters on any
-  env (half the median's speed, 30 s of the learner's progress, 32 MiB), so a
+  env (half the median's speed, 20 s of the learner's progress, 32 MiB), so a
   fleet with ordinary spread, however tight, raises nothing. Each rule is one
   alert per run whose value is the number of outliers; the `processes`
   annotation names the worst few with their node.
@@ -36,7 +36,7 @@ ACTORS = 'component="actor"'
 WINDOW = "30s"
 """Speed and stall window: six scrapes (5 s), many rollouts per actor, and short enough that a slowed or
 stalled actor is named within 10 evaluation intervals."""
-LAG_LEARNER_SECONDS = 30
+LAG_LEARNER_SECONDS = 20
 """An actor is behind in weights when it acts with a network this many seconds of learner progress older."""
 MEMORY_FLOOR = 32 * MiB
 
