@@ -17,6 +17,11 @@ found and named even though run-level sums barely move. So:
   alert per run whose value is the number of outliers; the `processes`
   annotation names the worst few with their node.
 
+Each per-actor quantity (speed, steps seen, memory growth) and the fleet's
+median and spread of it are recording rules (`RECORDING`), evaluated once per
+interval ahead of the fleet alerts in their own group: at 1,000 actors the
+alerts would otherwise recompute rates over the fleet five times each.
+
 These are live-only rules: metrics.jsonl rows hold run-level values, not one
 per actor, so the offline evaluator (and verdicts.json) cannot name an actor;
 Prometheus can. A fleet-wide fault moves the median with it and is no outlier:
@@ -43,11 +48,6 @@ MEMORY_FLOOR = 32 * MiB
 
 def median(x: str) -> str:
     return f"quantile by (run_id) (0.5, {x})"
-
-
-def spread(x: str) -> str:
-    """1.4826 x the fleet's median absolute deviation from its median (per run)."""
-    return f"(1.4826 * quantile by (run_id) (0.5, abs({x} - on (run_id) group_left () {median(x)})))"
 
 
 def below(x: str, bound: str) -> str:
@@ -105,24 +105,50 @@ def outliers(name: str, selection: str, worst: str, hold: int, component: str, s
 
 
 ENV_STEPS = f"rlvitals_actor_env_steps_total{{{ACTORS}}}"
-SPEED = f"rate({ENV_STEPS}[{WINDOW}])"
-STEPS_SEEN = f"changes({ENV_STEPS}[{WINDOW}])"
 AGE = f"rlvitals_actor_network_age{{{ACTORS}}}"
-LEARNER_RATE = "sum by (run_id) (rate(rlvitals_learner_steps_total[1m]))"
 RSS = f"rlvitals_process_resident_memory_bytes{{{ACTORS}}}"
-GROWTH = f"({RSS} - {RSS} offset 2m)"
 SCRAPED = f'on (run_id, instance) (up{{{ACTORS}}} == 1)'
+"""Only processes Prometheus reaches are judged against their peers (the others are RLComponentDown's)."""
+
+# Each per-actor quantity and its fleet statistics are recorded once per evaluation (group rlvitals-fleet),
+# so the alerts below compare recorded series instead of recomputing rates over the fleet several times.
+RECORDING: list[tuple[str, str]] = []
+
+
+def record(name: str, expr: str) -> str:
+    """A recording rule of the fleet group (evaluated before the fleet alerts); its series name."""
+    RECORDING.append((name, expr))
+    return name
+
+
+def fleet_stats(per_actor: str, what: str) -> tuple[str, str]:
+    """Recorded (median, spread) across the actors of each run of the per-actor series `per_actor`."""
+    mid = record(f"run:{what}:median", median(per_actor))
+    return mid, record(f"run:{what}:spread",
+                       f"1.4826 * quantile by (run_id) (0.5, abs({per_actor} - on (run_id) group_left () {mid}))")
+
+
+SPEED = record("actor:rlvitals_actor_env_steps:rate30s", f"rate({ENV_STEPS}[{WINDOW}])")
+SPEED_MEDIAN, SPEED_SPREAD = fleet_stats(SPEED, "rlvitals_actor_env_steps:rate30s")
+STEPS_SEEN = record("actor:rlvitals_actor_env_steps:changes30s", f"changes({ENV_STEPS}[{WINDOW}])")
+STEPS_SEEN_MEDIAN = record("run:rlvitals_actor_env_steps:changes30s:median", median(STEPS_SEEN))
+AGE_MEDIAN, AGE_SPREAD = fleet_stats(AGE, "rlvitals_actor_network_age")
+LEARNER_RATE = record("run:rlvitals_learner_steps:rate1m", "sum by (run_id) (rate(rlvitals_learner_steps_total[1m]))")
+GROWTH = record("actor:rlvitals_process_resident_memory_bytes:growth2m", f"{RSS} - {RSS} offset 2m")
+GROWTH_MEDIAN, GROWTH_SPREAD = fleet_stats(GROWTH, "rlvitals_process_resident_memory_bytes:growth2m")
 
 # An actor whose step count did not move for 30 s while the typical actor's moved at 3 scrapes or more:
 # its peers finish rollouts every few seconds, so this one is stuck (a hung env, a lost request).
-STALLED = f"(({STEPS_SEEN} == 0) and on (run_id) ({median(STEPS_SEEN)} >= 3) and {SCRAPED})"
-SLOW = f"({below(SPEED, median(SPEED) + ' * 0.5')} and {below(SPEED, f'{median(SPEED)} - {SIGMAS} * {spread(SPEED)}')})"
-LAGGING = (f"({below(AGE, f'{median(AGE)} - {SIGMAS} * {spread(AGE)}')} "
-           f"and {below(AGE, f'{median(AGE)} - {LAG_LEARNER_SECONDS} * {LEARNER_RATE}')} "
-           f"and on (run_id) ({LEARNER_RATE} > 0))")
-LEAKING = (f"({above(GROWTH, f'{median(GROWTH)} + {SIGMAS} * {spread(GROWTH)}')} "
-           f"and {above(GROWTH, f'{median(GROWTH)} + {MEMORY_FLOOR}')} "
-           f"and ({RSS} - {RSS} offset 1m) > {8 * MiB} and ({RSS} offset 1m - {RSS} offset 2m) > {8 * MiB})")
+STALLED = f"(({STEPS_SEEN} == 0) and on (run_id) ({STEPS_SEEN_MEDIAN} >= 3) and {SCRAPED})"
+SLOW = (f"({below(SPEED, f'{SPEED_MEDIAN} * 0.5')} and {below(SPEED, f'{SPEED_MEDIAN} - {SIGMAS} * {SPEED_SPREAD}')} "
+        f"and {SCRAPED})")
+LAGGING = (f"({below(AGE, f'{AGE_MEDIAN} - {SIGMAS} * {AGE_SPREAD}')} "
+           f"and {below(AGE, f'{AGE_MEDIAN} - {LAG_LEARNER_SECONDS} * {LEARNER_RATE}')} "
+           f"and on (run_id) ({LEARNER_RATE} > 0) and {SCRAPED})")
+LEAKING = (f"({above(GROWTH, f'{GROWTH_MEDIAN} + {SIGMAS} * {GROWTH_SPREAD}')} "
+           f"and {above(GROWTH, f'{GROWTH_MEDIAN} + {MEMORY_FLOOR}')} "
+           f"and ({RSS} - {RSS} offset 1m) > {8 * MiB} and ({RSS} offset 1m - {RSS} offset 2m) > {8 * MiB} "
+           f"and {SCRAPED})")
 
 DOWN = 'label_replace(up{component=~"local|learner|actor|node"} == 0, "process", "$1", "component", "(.*)")'
 
@@ -135,7 +161,7 @@ FLEET: tuple[FleetSpec, ...] = (
               "how many on which nodes (all of one node: the node is gone).",
               processes=nodes(DOWN, ("run_id", "process")),
               names_what=f"how many are down on each of up to {NAMED} nodes"),
-    outliers("RLActorStalled", STALLED, "bottomk", 10, "throughput",
+    outliers("RLActorStalled", STALLED, "bottomk", 5, "throughput",
              "{{ $value }} actor(s) stopped stepping while their peers run in run {{ $labels.run_id }}",
              "These actors took no env step for 30 s while the typical actor of the run finished rollouts at "
              "least every 10 s: they are stuck (an env step that hangs, a request lost, an actor waiting on "

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from .fleet_rules import NAMES_WHAT, PROCESSES
+from .fleet_rules import NAMES_WHAT, PROCESSES, RECORDING
 from .promexpr import duration
 from .rules import RULES, Rule, thresholds
 from .verdicts import COMPONENTS
@@ -50,16 +50,21 @@ HEADER = """\
 # rule's section of docs/health.md. Every series is aggregated `by (run_id)` so
 # the processes of one run meet in one value. The offline evaluator
 # (telemetry/health.py) applies the same expressions to a run's metrics.jsonl.
-# Fleet rules (telemetry/fleet_rules.py) are one alert per run whose value counts
-# the processes affected; their `processes` annotation names a few by instance and node.
+# Fleet rules (telemetry/fleet_rules.py, group rlvitals-fleet: recording rules of
+# per-actor rates and the fleet's median and spread, then the alerts) are one alert
+# per run whose value counts the processes affected; their `processes` annotation
+# names a few by instance and node.
 """
 
 
 def render_rules() -> str:
     groups = []
     for horizon in ("fast", "slow"):
-        rules = [alert(r) for r in RULES if r.horizon == horizon]
+        rules = [alert(r) for r in RULES if r.horizon == horizon and r.name not in PROCESSES]
         groups.append({"name": f"rlvitals-{horizon}", "rules": rules})
+    # Fleet rules: their recording rules first, so each alert reads this evaluation's fleet statistics.
+    fleet = [{"record": name, "expr": expr} for name, expr in RECORDING]
+    groups.append({"name": "rlvitals-fleet", "rules": fleet + [alert(r) for r in RULES if r.name in PROCESSES]})
     body = yaml.safe_dump({"groups": groups}, sort_keys=False, width=110, allow_unicode=True)
     return HEADER + body
 
@@ -102,6 +107,10 @@ def render_docs() -> str:
            "| `message` | what was seen and what to check |", "",
            "## Components", "", "| component | what it covers |", "|---|---|"]
     out += [f"| `{name}` | {text} |" for name, text in COMPONENTS.items()]
+    out += ["", "## Fleet recording rules", "",
+            "The fleet rules compare each actor with these, recorded once per evaluation in the `rlvitals-fleet` "
+            "group (`actor:` one series per actor, `run:` one per run):", "", "| series | PromQL |", "|---|---|"]
+    out += [f"| `{name}` | `{expr}` |" for name, expr in RECORDING]
     out += ["", "## Rules", "", "| rule | horizon | severity | component | hold |", "|---|---|---|---|---|"]
     out += [f"| [{r.name}](#{r.anchor}) | {r.horizon} | {r.severity} | {r.component} | {r.hold_seconds} s |"
             for r in RULES]

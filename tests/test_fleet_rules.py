@@ -96,7 +96,7 @@ class Fleet:
 def annotations(rule: str, value: int, named: list[int], process: str = "actor") -> dict:
     """The alert's annotations: the generated ones filled in, `processes` naming `named` (down: counts by node)."""
     (generated,) = [r for g in yaml.safe_load(rulegen.RULES_FILE.read_text())["groups"] for r in g["rules"]
-                    if r["alert"] == rule]
+                    if r.get("alert") == rule]
     out = {k: v for k, v in generated["annotations"].items()}
     out["summary"] = (out["summary"].replace("{{ $value }}", str(value)).replace("{{ $labels.run_id }}", RUN)
                       .replace("{{ $labels.process }}", process))
