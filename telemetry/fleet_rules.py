@@ -134,6 +134,7 @@ STEPS_SEEN = record("actor:rlvitals_actor_env_steps:changes30s", f"changes({ENV_
 STEPS_SEEN_MEDIAN = record("run:rlvitals_actor_env_steps:changes30s:median", median(STEPS_SEEN))
 AGE_MEDIAN, AGE_SPREAD = fleet_stats(AGE, "rlvitals_actor_network_age")
 LEARNER_RATE = record("run:rlvitals_learner_steps:rate1m", "sum by (run_id) (rate(rlvitals_learner_steps_total[1m]))")
+MINUTE_GROWTH = record("actor:rlvitals_process_resident_memory_bytes:growth1m", f"{RSS} - {RSS} offset 1m")
 GROWTH = record("actor:rlvitals_process_resident_memory_bytes:growth2m", f"{RSS} - {RSS} offset 2m")
 GROWTH_MEDIAN, GROWTH_SPREAD = fleet_stats(GROWTH, "rlvitals_process_resident_memory_bytes:growth2m")
 
@@ -147,7 +148,7 @@ LAGGING = (f"({below(AGE, f'{AGE_MEDIAN} - {SIGMAS} * {AGE_SPREAD}')} "
            f"and on (run_id) ({LEARNER_RATE} > 0) and {SCRAPED})")
 LEAKING = (f"({above(GROWTH, f'{GROWTH_MEDIAN} + {SIGMAS} * {GROWTH_SPREAD}')} "
            f"and {above(GROWTH, f'{GROWTH_MEDIAN} + {MEMORY_FLOOR}')} "
-           f"and ({RSS} - {RSS} offset 1m) > {8 * MiB} and ({RSS} offset 1m - {RSS} offset 2m) > {8 * MiB} "
+           f"and {MINUTE_GROWTH} > {8 * MiB} and {MINUTE_GROWTH} offset 1m > {8 * MiB} "
            f"and {SCRAPED})")
 
 DOWN = 'label_replace(up{component=~"local|learner|actor|node"} == 0, "process", "$1", "component", "(.*)")'
