@@ -173,10 +173,7 @@ class PPOLearner:
     def _transfer(self, rollout: Rollout) -> tuple[dict, torch.Tensor]:
         """The rollout's tensors on the learner's device, and the flat positions of its valid samples."""
         index = rollout.valid.reshape(-1).nonzero().squeeze(-1)       # host-side: no device sync
-        names = ("obs", "actions", "rewards", "terminated", "truncated", "valid", "behaviour_params",
-                 "behaviour_logp")
-        names += ("discounted_returns",) if rollout.discounted_returns is not None else ()   # reward scaling
-        tensors = {k: _to_device(getattr(rollout, k), self.device) for k in names}
+        tensors = {k: _to_device(getattr(rollout, k), self.device) for k in _transferred(rollout)}
         return tensors, _to_device(index, self.device)
 
     def _arrive(self, r: dict, index: torch.Tensor, staleness: int) -> _Batch:
@@ -406,9 +403,27 @@ def _head_positions(net: nn.Module, device: torch.device) -> dict[str, torch.Ten
     return {head: torch.cat([where[id(p)] for p in params]).to(device) for head, params in net.heads().items()}
 
 
+def _transferred(rollout: Rollout) -> tuple[str, ...]:
+    """The rollout's tensors the learner copies to its device."""
+    names = ("obs", "actions", "rewards", "terminated", "truncated", "valid", "behaviour_params", "behaviour_logp")
+    return names + (("discounted_returns",) if rollout.discounted_returns is not None else ())  # reward scaling
+
+
+def pin_rollout(rollout: Rollout, device: torch.device) -> Rollout:
+    """For a CUDA learner: the rollout's tensors moved into pinned host memory, so `learn` only queues
+    asynchronous copies. Meant for whoever fetches rollouts off the learner's thread (Ray mode's
+    background fetch); elsewhere, or on a CPU learner, the rollout is returned as it is."""
+    if device.type == "cuda":
+        for name in _transferred(rollout):
+            tensor = getattr(rollout, name)
+            if tensor.device.type == "cpu" and not tensor.is_pinned():
+                setattr(rollout, name, tensor.pin_memory())
+    return rollout
+
+
 def _to_device(x: torch.Tensor, dev: torch.device) -> torch.Tensor:
     """Host tensor to the learner's device: on CUDA through pinned memory, so the copy is asynchronous."""
-    if dev.type == "cuda" and x.device.type == "cpu":
+    if dev.type == "cuda" and x.device.type == "cpu" and not x.is_pinned():
         x = x.pin_memory()
     return x.to(dev, non_blocking=True)
 
