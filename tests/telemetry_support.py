@@ -112,7 +112,8 @@ def fake_learner_stats(offset: float = 0.0) -> dict:
         for _, key in label_sets(m):
             stats[key] = offset + 0.5 + 0.25 * len(stats)
     stats.pop("training_intensity")  # the recorder computes it
-    for key in ("time_wait", "time_publish"):  # reported with record_phase, not by learn()
+    for key in ("time_wait", "time_publish", "time_telemetry", "time_rows", "time_checkpoint",
+                "time_bookkeeping"):  # reported with record_phase, not by learn()
         stats.pop(key)
     stats.update(staleness=3.0, samples=64.0, samples_learned=256.0, nonfinite=0.0, nonfinite_samples=0.0)
     return stats
