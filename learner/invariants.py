@@ -78,9 +78,19 @@ later steps of the update would have to undo it exactly. Exact: limit 0. The
 "did not change" part is not judged while the learning rate is 0 (the
 statistic is then the missing count when there is one, else NaN).
 
-gradient_of_loss (optimizer). `gradient_mismatch`: |dL/db - sum_i dL/dV_i| /
-sum_i |dL/dV_i| for the value head's bias b, which is added to every value.
-Exact up to rounding (1e-7 float32, 1e-2 bfloat16).
+gradient_of_loss (optimizer). On sampled updates, the gradient the optimizer
+is about to step with on the first minibatch (every trainable parameter's
+.grad, before clipping) against the loss's gradient recomputed on the same
+graph (one autograd.grad): ||grad - dL/dtheta|| / ||dL/dtheta||. Both are the
+same operations on the same tensors, so a correct learner reads rounding of
+the order of 1e-7 whatever the precision (bfloat16 included; CUDA's
+non-deterministic reductions stay at that order); anything else in .grad
+(gradients of earlier steps left by a missing zero_grad, a stray write) shows
+as its size against this minibatch's gradient. With clipping the stale part
+left by a missing zero_grad is about max_grad_norm against a gradient norm of
+5 to 50: 1e-2 to 1e-1, which the projection onto the value head's bias that
+`gradient_mismatch` exports (limit 0.05, for bfloat16's sake) misses about
+half the time. Limit 1e-3.
 
 policy_starved (preprocessing). On sampled updates, when the first minibatch's
 gradient is clipped (||g|| > max_grad_norm): ||g|| / ||g_policy||, with g_policy
@@ -124,6 +134,8 @@ MOVED_FRACTION = 1e-6
 """A parameter is judged by optimizer_coverage when its gradient is above this share of the largest."""
 FLOORS = {"residual_variance": 0.01, "relative_entropy": 0.01, "clip_fraction": 0.1, "kl": 1e-3}
 SPREAD_FLOOR = 0.01
+LOSS_GRADIENT_TOLERANCE = 0.05
+"""The loss_gradient invariants' limit (telemetry.invariants, which the learner may not import)."""
 KEYS = ("inv_sampling_logp", "inv_sampling_frequency", "inv_behaviour_record", "inv_returns_recomputed",
         "inv_loss_gradient_policy", "inv_loss_gradient_value", "inv_loss_gradient_entropy",
         "inv_optimizer_coverage", "inv_gradient_of_loss", "inv_policy_starved", "inv_telemetry_recomputed")
@@ -235,10 +247,14 @@ def _grad(output: torch.Tensor) -> torch.Tensor:
     return output.grad.to(F64) if output.grad is not None else torch.zeros_like(output, dtype=F64)
 
 
+def _relative_error_of(error: torch.Tensor, actual_norm: torch.Tensor, reference_norm: torch.Tensor) -> torch.Tensor:
+    both_zero = (reference_norm <= 1e-30) & (actual_norm <= 1e-30)
+    return torch.where(both_zero, NAN, error / reference_norm.clamp_min(1e-30))
+
+
 def _relative_error(actual: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
-    error, scale = (actual - reference).norm(), reference.norm()
-    both_zero = (scale <= 1e-30) & (actual.norm() <= 1e-30)
-    return torch.where(both_zero, NAN, error / scale.clamp_min(1e-30))
+    """||actual - reference|| / ||reference||; NaN when both are 0."""
+    return _relative_error_of((actual - reference).norm(), actual.norm(), reference.norm())
 
 
 def loss_gradient_errors(logp, values, entropy, behaviour_logp, advantages, targets, s) -> dict[str, torch.Tensor]:
@@ -260,15 +276,31 @@ def loss_gradient_errors(logp, values, entropy, behaviour_logp, advantages, targ
 # ----------------------------------------------------------------- optimisation
 
 
+def _gradient_of(loss: torch.Tensor, params: list[torch.Tensor], keep_graph: bool) -> list[torch.Tensor]:
+    """d loss / d param for each parameter, in float64 (zeros where the loss does not reach it)."""
+    grads = (torch.autograd.grad(loss, params, retain_graph=keep_graph, allow_unused=True) if loss.requires_grad
+             else [None] * len(params))
+    return [torch.zeros_like(p, dtype=F64) if g is None else g.to(F64) for p, g in zip(params, grads, strict=True)]
+
+
+def _norm(tensors: list[torch.Tensor]) -> torch.Tensor:
+    return torch.stack([t.norm() for t in tensors]).norm() if tensors else torch.zeros((), dtype=F64)
+
+
+def stepped_gradient_error(params: list[torch.Tensor], loss: torch.Tensor) -> torch.Tensor:
+    """||.grad - dL/dparams|| / ||dL/dparams|| over every trainable parameter: what the optimizer will step with
+    against this minibatch's loss gradient, recomputed on the same graph (needs it kept)."""
+    trainable = [p for p in params if p.requires_grad]
+    own = _gradient_of(loss, trainable, keep_graph=True)
+    held = [torch.zeros_like(g) if p.grad is None else p.grad.to(F64) for p, g in zip(trainable, own, strict=True)]
+    return _relative_error_of(_norm([h - g for h, g in zip(held, own, strict=True)]), _norm(held), _norm(own))
+
+
 def policy_share(params: list[torch.Tensor], grad_norm: torch.Tensor, policy_loss: torch.Tensor,
                  max_grad_norm: float) -> torch.Tensor:
-    """||g|| / ||g_policy|| when the gradient is clipped, else 0. Needs policy_loss's graph."""
-    trainable = [p for p in params if p.requires_grad]
-    own = torch.autograd.grad(policy_loss, trainable, allow_unused=True) if policy_loss.requires_grad else ()
-    sq = sum((g.to(F64).pow(2).sum() for g in own if g is not None), torch.zeros((), dtype=F64,
-                                                                                   device=grad_norm.device))
-    ratio = grad_norm / (sq.sqrt() + 1e-30)
-    return torch.where(grad_norm > max_grad_norm, ratio, 0.0)
+    """||g|| / ||g_policy|| when the gradient is clipped, else 0. Needs policy_loss's graph (frees it)."""
+    own = _norm(_gradient_of(policy_loss, [p for p in params if p.requires_grad], keep_graph=False))
+    return torch.where(grad_norm > max_grad_norm, grad_norm / (own + 1e-30), 0.0)
 
 
 def optimizer_coverage(params: list[torch.Tensor], optimizer, grad_norms: torch.Tensor | None,
@@ -396,7 +428,7 @@ class LearnerInvariants:
         """Whether the first minibatch's backward pass must keep its graph (for policy_starved)."""
         return self.sampled
 
-    def first_minibatch(self, logp, values, entropy, policy_loss, b, mb) -> None:
+    def first_minibatch(self, loss, logp, values, entropy, policy_loss, b, mb) -> None:
         """After the first minibatch's backward pass (outputs' gradients retained, gradients not yet clipped)."""
         learner = self.learner
         self.out.update(loss_gradient_errors(logp, values, entropy, self.behaviour_logp[mb], b.mb_adv[mb],
@@ -405,7 +437,8 @@ class LearnerInvariants:
         zero = torch.zeros((), device=learner.device)
         self.grad_norms = torch.stack([p.grad.detach().float().norm() if p.grad is not None else zero
                                        for p in params])
-        if self.sampled:
+        if self.sampled:   # the graph was kept: two more backward passes through it, the second frees it
+            self.out["inv_gradient_of_loss"] = stepped_gradient_error(params, loss)
             grad_norm = self.grad_norms.to(F64).pow(2).sum().sqrt()
             self.out["inv_policy_starved"] = policy_share(params, grad_norm, policy_loss, learner.s.max_grad_norm)
 
@@ -419,20 +452,22 @@ class LearnerInvariants:
         learner = self.learner
         params = list(learner.net.parameters())
         self.out["inv_behaviour_record"] = stats["record_discrepancy"]
-        if "gradient_mismatch" in stats:
-            self.out["inv_gradient_of_loss"] = stats["gradient_mismatch"]
         self.out["inv_optimizer_coverage"] = optimizer_coverage(params, learner.optimizer, self.grad_norms,
                                                                 u.before, after)
         if self.sampled and self.arrival_telemetry is not None:
             gaps = [self.arrival_telemetry]
             if self.steps:
-                gaps += self._update_disagreement(b, stats)
+                gaps += self._update_disagreement(b, stats, self.out["inv_loss_gradient_policy"])
             self.out["inv_telemetry_recomputed"] = _largest(gaps)
         out, self.steps = self.out, []
         return out
 
-    def _update_disagreement(self, b, stats: dict) -> list[torch.Tensor]:
-        """KL (last epoch) and clip fraction (every step) recomputed from the kept minibatch parameters."""
+    def _update_disagreement(self, b, stats: dict, loss_gradient_policy: torch.Tensor) -> list[torch.Tensor]:
+        """KL (last epoch) and clip fraction (every step) recomputed from the kept minibatch parameters.
+
+        The clip fraction is the loss's own statistic: when the loss's policy gradient is off its closed form,
+        the loss invariant names the fault, and the clip fraction is not held against telemetry.
+        """
         dist, clip = self.learner.net.dist, self.learner.s.clip_coef
         fractions, kl = [], torch.zeros((), dtype=F64, device=b.mb_obs.device)
         for mb, params, last_epoch in self.steps:
@@ -442,5 +477,6 @@ class LearnerInvariants:
                 kl = kl + _kl(dist, b.mb_params[mb], params).sum()
         clip_fraction = torch.stack(fractions).mean()
         kl = kl / max(b.count, 1)
-        return [_disagreement(stats["clip_fraction"], clip_fraction, FLOORS["clip_fraction"]),
+        clip_gap = _disagreement(stats["clip_fraction"], clip_fraction, FLOORS["clip_fraction"])
+        return [torch.where(loss_gradient_policy > LOSS_GRADIENT_TOLERANCE, NAN, clip_gap),
                 _disagreement(stats["kl"], kl, FLOORS["kl"])]

@@ -192,7 +192,7 @@ INVARIANTS: tuple[Invariant, ...] = (
         "parameters whose gradient is above 1e-6 of the largest are judged, so float rounding of tiny steps "
         "is not counted. Not judged while the learning rate is 0."),
     Invariant(
-        "gradient_of_loss", "optimisation", "optimizer", 0.05, 2,
+        "gradient_of_loss", "optimisation", "optimizer", 1e-3, 2,
         "The optimizer steps with gradients that are not this minibatch's",
         "The value head's bias gradient differs from sum_i dL/dV_i, which it must equal: gradients from earlier "
         "steps are still in .grad (zero_grad missing or misplaced) or something else writes into them.",
