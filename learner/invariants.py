@@ -199,32 +199,29 @@ def _largest(values: list[torch.Tensor]) -> torch.Tensor:
 # ----------------------------------------------------------------- sampling (the actor's record)
 
 
-def sampling_logp(dist, params, actions, logp, valid) -> torch.Tensor:
-    """|z| of sum_i (log mu_i(a_i) + H_i) against its martingale standard deviation (module docstring)."""
-    m = valid.to(F64)
-    n = m.sum()
-    excess = ((logp.to(F64) + _entropy(dist, params)) * m).sum()
-    variance = (dist.log_prob_variance(params.to(F64)) * m).sum() + n * TAU ** 2
-    z = excess / variance.clamp_min(1e-300).sqrt()
-    return torch.where(n > 0, z.abs(), NAN)
-
-
-def sampling_frequency(dist, params, actions, valid) -> torch.Tensor:
-    """max over actions (or action dimensions) of |z| of the draws against the recorded distributions."""
-    m = valid.to(F64).unsqueeze(-1)
-    n = m.sum()
-    over_samples = tuple(range(m.dim() - 1))
+def sampling_statistics(dist, params, actions, logp) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sampling_logp, sampling_frequency) of the valid samples' recorded parameters [n, P], actions and
+    log-probabilities (module docstring); NaN when there is none."""
+    n = logp.shape[0]
+    if n == 0:
+        return _nan_like(logp), _nan_like(logp)
+    params = params.to(F64)
     if isinstance(dist, Categorical):
-        p = F.softmax(params.to(F64), -1)
-        hits = F.one_hot(actions.long(), p.shape[-1]).to(F64)
-        excess = ((hits - p) * m).sum(over_samples)
-        variance = (p * (1 - p) * m).sum(over_samples) + n * TAU ** 2
-        z = excess / variance.clamp_min(1e-300).sqrt()
-    else:
-        mean, log_std = _split(params.to(F64))
-        standard = (actions.to(F64) - mean) / log_std.exp()
-        z = (standard * m).sum(over_samples) / n.clamp_min(1).sqrt()
-    return torch.where(n > 0, z.abs().amax(), NAN)
+        log_p = F.log_softmax(params, -1)
+        p = log_p.exp()
+        p_log_p = torch.where(p > 0, p * log_p, 0.0)
+        entropy = -p_log_p.sum(-1)
+        variance = torch.where(p > 0, p * (log_p + entropy.unsqueeze(-1)).pow(2), 0.0).sum()
+        hits = F.one_hot(actions.long(), p.shape[-1]).sum(0).to(F64)
+        expected = p.sum(0)
+        z = (hits - expected) / ((p * (1 - p)).sum(0) + n * TAU ** 2).sqrt()
+    else:   # log mu(a) + H = d/2 - |z|^2 / 2 with z ~ N(0, I_d): variance d/2 per sample
+        mean, log_std = _split(params)
+        entropy = (log_std + 0.5 * (1 + math.log(2 * math.pi))).sum(-1)
+        variance = torch.full((), n * mean.shape[-1] / 2, dtype=F64, device=params.device)
+        z = ((actions.to(F64) - mean) / log_std.exp()).sum(0) / math.sqrt(n)
+    excess = logp.to(F64).sum() + entropy.sum()
+    return (excess / (variance + n * TAU ** 2).sqrt()).abs(), z.abs().amax()
 
 
 # ----------------------------------------------------------------- dataflow (returns, loss gradients)
@@ -283,8 +280,16 @@ def _gradient_of(loss: torch.Tensor, params: list[torch.Tensor], keep_graph: boo
     return [torch.zeros_like(p, dtype=F64) if g is None else g.to(F64) for p, g in zip(params, grads, strict=True)]
 
 
+def _norms(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The 2-norm of each tensor, stacked (one fused kernel where torch has it)."""
+    if hasattr(torch, "_foreach_norm"):
+        return torch.stack(torch._foreach_norm([t.detach() for t in tensors]))
+    return torch.stack([t.detach().norm() for t in tensors])
+
+
 def _norm(tensors: list[torch.Tensor]) -> torch.Tensor:
-    return torch.stack([t.norm() for t in tensors]).norm() if tensors else torch.zeros((), dtype=F64)
+    """The 2-norm of all the tensors together."""
+    return _norms(tensors).norm() if tensors else torch.zeros((), dtype=F64)
 
 
 def stepped_gradient_error(params: list[torch.Tensor], loss: torch.Tensor) -> torch.Tensor:
@@ -311,8 +316,7 @@ def optimizer_coverage(params: list[torch.Tensor], optimizer, grad_norms: torch.
     lr_zero = any(group.get("lr", 0.0) == 0 for group in optimizer.param_groups)
     if lr_zero or grad_norms is None:
         return torch.full((), float(missing) if missing else NAN, device=before.device)
-    changes = torch.split(after - before, [p.numel() for p in params])
-    moved = torch.stack([(d != 0).any() for d in changes])
+    moved = _norms(list(torch.split(after - before, [p.numel() for p in params]))) > 0
     judged = grad_norms > MOVED_FRACTION * grad_norms.amax()
     frozen = (judged & ~moved).sum()
     return (frozen + missing).float()
@@ -321,12 +325,11 @@ def optimizer_coverage(params: list[torch.Tensor], optimizer, grad_norms: torch.
 # ----------------------------------------------------------------- telemetry, recomputed
 
 
-def _disagreement(exported: torch.Tensor, reference: torch.Tensor, floor) -> torch.Tensor:
-    """|exported - reference| / max(|reference|, floor); NaN when both are undefined, 1 when one is."""
-    exported, reference = exported.to(F64), reference.to(F64)
-    gap = (exported - reference).abs() / torch.maximum(reference.abs(), torch.as_tensor(floor, dtype=F64,
-                                                                                        device=reference.device))
-    # Undefined on both sides: not measured. Undefined on one side only: they disagree.
+def _disagreement(exported: list[torch.Tensor], reference: list[torch.Tensor], floor: list) -> torch.Tensor:
+    """Per quantity |exported - reference| / max(|reference|, floor); NaN when both are undefined, 1 when one is."""
+    exported, reference = torch.stack([e.to(F64) for e in exported]), torch.stack([r.to(F64) for r in reference])
+    floor = torch.stack([torch.as_tensor(f, dtype=F64, device=reference.device) for f in floor])
+    gap = (exported - reference).abs() / torch.maximum(reference.abs(), floor)
     return torch.where(torch.isnan(reference) & torch.isnan(exported), NAN, torch.where(torch.isnan(gap), 1.0, gap))
 
 
@@ -360,19 +363,22 @@ def arrival_disagreement(dist, params, values, targets, advantages, valid, min_s
     """Largest relative disagreement of the batch statistics exported at arrival with their recomputation."""
     m = valid.to(F64)
     n = m.sum().clamp_min(1)
-    gaps = []
+    exported_, reference, floor = [], [], []
     for name, x in (("value", values), ("target", targets), ("advantage", advantages)):
         mean, std = _moments(x, m, n)
-        floor = SPREAD_FLOOR * (mean.abs() + std)
-        gaps += [_disagreement(exported[f"{name}_mean"], mean, floor),
-                 _disagreement(exported[f"{name}_std"], std, floor)]
-    entropy = (_entropy(dist, params) * m).sum() / n / dist.max_entropy
-    gaps.append(_disagreement(exported["relative_entropy"], entropy, FLOORS["relative_entropy"]))
+        exported_ += [exported[f"{name}_mean"], exported[f"{name}_std"]]
+        reference += [mean, std]
+        floor += [SPREAD_FLOOR * (mean.abs() + std)] * 2
+    exported_.append(exported["relative_entropy"])
+    reference.append((_entropy(dist, params) * m).sum() / n / dist.max_entropy)
+    floor.append(FLOORS["relative_entropy"])
     ratio = _residual_variance(targets, values, m, n, min_std)
-    rv = _disagreement(exported["residual_variance"], ratio, FLOORS["residual_variance"])
-    gaps.append(torch.where(torch.isinf(ratio), NAN, rv))   # too close to the undefined threshold to call
-    out = _largest(gaps)
-    return torch.where(valid.any(), out, NAN)
+    exported_.append(exported["residual_variance"])
+    reference.append(ratio)
+    floor.append(FLOORS["residual_variance"])
+    gaps = _disagreement(exported_, reference, floor)
+    gaps[-1] = torch.where(torch.isinf(ratio), NAN, gaps[-1])   # too close to the undefined threshold to call
+    return torch.where(valid.any(), _largest(list(gaps)), NAN)
 
 
 # ----------------------------------------------------------------- the learner's hooks
@@ -405,10 +411,10 @@ class LearnerInvariants:
         self.out = dict.fromkeys(KEYS, nan)
         valid, actions = r["valid"], r["actions"]
         T = valid.shape[0]
-        self.behaviour_logp = r["behaviour_logp"].reshape(-1).index_select(0, index)
-        self.out["inv_sampling_logp"] = sampling_logp(dist, r["behaviour_params"], actions, r["behaviour_logp"],
-                                                      valid)
-        self.out["inv_sampling_frequency"] = sampling_frequency(dist, r["behaviour_params"], actions, valid)
+        flat = lambda x: x.reshape(T * valid.shape[1], *x.shape[2:]).index_select(0, index)  # noqa: E731
+        self.behaviour_logp = flat(r["behaviour_logp"])
+        self.out["inv_sampling_logp"], self.out["inv_sampling_frequency"] = sampling_statistics(
+            dist, flat(r["behaviour_params"]), flat(actions), self.behaviour_logp)
         if not self.sampled:
             return
         params = params_all[:T]
@@ -416,7 +422,6 @@ class LearnerInvariants:
         ref_targets, ref_advantages = vtrace_reference(
             values_all[:T], values_all[1:], r["rewards"], r["terminated"], r["truncated"], valid, log_rhos,
             s.gamma, s.gae_lambda, s.vtrace_rho_clip, s.vtrace_c_clip)
-        flat = lambda x: x.reshape(-1).index_select(0, index)  # noqa: E731
         self.out["inv_returns_recomputed"] = returns_error(flat(ref_targets), flat(ref_advantages), batch.mb_targets,
                                                            batch.mb_adv)
         min_std = flat_target_spread(learner.reward_scale, valid, r["terminated"] | r["truncated"], s.gamma)
@@ -434,9 +439,7 @@ class LearnerInvariants:
         self.out.update(loss_gradient_errors(logp, values, entropy, self.behaviour_logp[mb], b.mb_adv[mb],
                                              b.mb_targets[mb], learner.s))
         params = list(learner.net.parameters())
-        zero = torch.zeros((), device=learner.device)
-        self.grad_norms = torch.stack([p.grad.detach().float().norm() if p.grad is not None else zero
-                                       for p in params])
+        self.grad_norms = _norms([p.grad if p.grad is not None else torch.zeros_like(p) for p in params])
         if self.sampled:   # the graph was kept: two more backward passes through it, the second frees it
             self.out["inv_gradient_of_loss"] = stepped_gradient_error(params, loss)
             grad_norm = self.grad_norms.to(F64).pow(2).sum().sqrt()
@@ -469,14 +472,19 @@ class LearnerInvariants:
         the loss invariant names the fault, and the clip fraction is not held against telemetry.
         """
         dist, clip = self.learner.net.dist, self.learner.s.clip_coef
-        fractions, kl = [], torch.zeros((), dtype=F64, device=b.mb_obs.device)
-        for mb, params, last_epoch in self.steps:
-            log_ratio = _log_prob(dist, params, b.mb_actions[mb]) - self.behaviour_logp[mb].to(F64)
-            fractions.append(((log_ratio.exp() - 1).abs() > clip).to(F64).mean())
-            if last_epoch:
-                kl = kl + _kl(dist, b.mb_params[mb], params).sum()
-        clip_fraction = torch.stack(fractions).mean()
-        kl = kl / max(b.count, 1)
-        clip_gap = _disagreement(stats["clip_fraction"], clip_fraction, FLOORS["clip_fraction"])
-        return [torch.where(loss_gradient_policy > LOSS_GRADIENT_TOLERANCE, NAN, clip_gap),
-                _disagreement(stats["kl"], kl, FLOORS["kl"])]
+        mbs = torch.cat([mb for mb, _, _ in self.steps])
+        params = torch.cat([p for _, p, _ in self.steps])
+        # Built on the host and sent without waiting: the device's queue is never drained here.
+        host_sizes = torch.tensor([mb.numel() for mb, _, _ in self.steps])
+        sizes = host_sizes.to(mbs.device, non_blocking=True)
+        step_of = torch.repeat_interleave(torch.arange(len(self.steps)), host_sizes).to(mbs.device, non_blocking=True)
+        log_ratio = _log_prob(dist, params, b.mb_actions[mbs]) - self.behaviour_logp[mbs].to(F64)
+        clipped = ((log_ratio.exp() - 1).abs() > clip).to(F64)
+        fractions = torch.zeros(len(self.steps), dtype=F64, device=mbs.device).index_add_(0, step_of, clipped)
+        clip_fraction = (fractions / sizes.clamp_min(1)).mean()
+        last_mbs = torch.cat([mb for mb, _, last in self.steps if last])
+        last_params = torch.cat([p for _, p, last in self.steps if last])
+        kl = _kl(dist, b.mb_params[last_mbs], last_params).sum() / max(b.count, 1)
+        clip_gap, kl_gap = _disagreement([stats["clip_fraction"], stats["kl"]], [clip_fraction, kl],
+                                         [FLOORS["clip_fraction"], FLOORS["kl"]])
+        return [torch.where(loss_gradient_policy > LOSS_GRADIENT_TOLERANCE, NAN, clip_gap), kl_gap]

@@ -34,13 +34,6 @@ class Categorical:
         logp = F.log_softmax(params, -1)
         return -(logp.exp() * logp).sum(-1)
 
-    def log_prob_variance(self, params):
-        """Var_{a~p}[log p(a)] = sum_k p_k (log p_k + H)^2 (actions of probability 0 contribute nothing)."""
-        logp = F.log_softmax(params, -1)
-        p = logp.exp()
-        centred = logp + self.entropy(params).unsqueeze(-1)
-        return torch.where(p > 0, p * centred.pow(2), 0.0).sum(-1)
-
     def kl(self, p_params, q_params):
         """KL(p || q), exact and never negative."""
         logp, logq = F.log_softmax(p_params, -1), F.log_softmax(q_params, -1)
@@ -74,14 +67,6 @@ class DiagGaussian:
     def entropy(self, params):
         _, log_std = self._split(params)
         return (log_std + 0.5 * math.log(2 * math.pi * math.e)).sum(-1)
-
-    def log_prob_variance(self, params):
-        """Var_{a~p}[log p(a)] = Var[-z^2 / 2] summed over dimensions = dim / 2, whatever the parameters.
-
-        For the log-density of the unsquashed draw, which is what the rollout stores (the runner clips
-        only the copy it sends to the env).
-        """
-        return torch.full(params.shape[:-1], self.dim / 2, dtype=params.dtype, device=params.device)
 
     def kl(self, p_params, q_params):
         mp, lp = self._split(p_params)

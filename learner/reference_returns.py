@@ -41,13 +41,16 @@ def vtrace_reference(values, next_values, rewards, terminated, truncated, valid,
     c = lam * pi_over_mu.clamp(max=c_clip)
     bootstrap = (~terminated).to(F64)
     delta = r + gamma * bootstrap * V_next - V
-    follows = continues(terminated, truncated, valid)
-    correction = torch.zeros_like(V)      # v_s - V(x_s)
-    advantage = torch.zeros_like(V)
-    later = torch.zeros_like(V[0])        # v_{s+1} - V(x_{s+1}) of the step after s
+    # What step s takes from v_{s+1} - V(x_{s+1}): gamma c_s for its target, gamma lambda for its advantage,
+    # 0 where s+1 is not in s's episode. Invalid steps start nothing (their delta is not a transition).
+    follows = continues(terminated, truncated, valid).to(F64)
+    to_target, to_advantage = gamma * c * follows, gamma * lam * follows
+    own = torch.where(valid, rho * delta, 0.0)          # rho_s delta_s
+    correction = torch.empty_like(V)                    # v_s - V(x_s)
+    advantage = torch.empty_like(V)
+    later = torch.zeros_like(V[0])                      # v_{s+1} - V(x_{s+1})
     for s in range(r.shape[0] - 1, -1, -1):
-        tail = torch.where(follows[s], later, torch.zeros_like(later))
-        advantage[s] = delta[s] + gamma * lam * tail
-        correction[s] = rho[s] * delta[s] + gamma * c[s] * tail
+        torch.addcmul(delta[s], to_advantage[s], later, out=advantage[s])
+        torch.addcmul(own[s], to_target[s], later, out=correction[s])
         later = correction[s]
     return V + correction, advantage

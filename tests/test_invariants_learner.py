@@ -16,6 +16,7 @@ import math
 import pytest
 import torch
 from planted_bugs import BY_BUG
+from test_diagnostics import CapturingTelemetry
 from test_returns import random_rollout
 
 from rlvitals.actors.runner import EnvRunner
@@ -26,6 +27,7 @@ from rlvitals.learner.networks import Categorical, DiagGaussian
 from rlvitals.learner.ppo import PPOLearner
 from rlvitals.learner.reference_returns import vtrace_reference
 from rlvitals.learner.returns import vtrace
+from rlvitals.run import train_in
 from rlvitals.telemetry.invariants import BY_NAME
 from rlvitals.training import make_network, ppo_settings, seed_everything
 
@@ -144,6 +146,19 @@ def test_every_statistic_holds_on_healthy_updates(env_id, settings):
         assert s["inv_optimizer_coverage"] == 0
         assert s["inv_telemetry_recomputed"] < 1e-4
         assert s["inv_sampling_logp"] < 5 and s["inv_sampling_frequency"] < 5
+
+
+def test_a_local_cartpole_run_records_every_statistic_and_they_hold(tmp_path):
+    updates = 20
+    cfg = TrainConfig(env="CartPole-v1", progress=False, num_envs=8, rollout_length=128, device="cpu",
+                      total_env_steps=8 * 128 * updates, run_dir=str(tmp_path / "run")).validate()
+    telemetry = CapturingTelemetry("standard")
+    train_in(cfg, ["test"], telemetry)
+    stats = telemetry.stats
+    assert len(stats) >= updates and all(set(KEYS) <= set(s) for s in stats)
+    assert_healthy(stats)
+    assert len(measured(stats, "inv_returns_recomputed")) == sum(is_sampled(u) for u in range(len(stats)))
+    assert len(measured(stats, "inv_sampling_logp")) == len(stats)
 
 
 def test_healthy_statistics_with_the_entropy_bonus_and_raw_advantages():
