@@ -137,6 +137,13 @@ def learning() -> Dashboard:
                    note="Healthy: every term at or above 0 (policy about 1, value the value coefficient, entropy "
                         "the entropy coefficient); below 0 is a sign error in that loss term."),
         ]),
+        Row("Invariants", [
+            gauges("rlvitals_invariant_broken", by=("invariant",), lo=0, hi=1, title="Invariants broken", width=12,
+                   note="Healthy: every invariant at 0 for the whole run. A 1 names the part that broke it (its "
+                        "RLInvariant... alert, docs/invariants.md)."),
+            gauges("rlvitals_invariant_statistic", by=("invariant",), log=True, title="Invariant statistics",
+                   width=12, note="Healthy: each below its limit (docs/invariants.md); exact ones read 0."),
+        ]),
         Row("Distributions", [
             heatmap("rlvitals_learner_value_target_distribution", width=12,
                     note="Healthy: mass inside +-r_max / (1 - gamma) for the env's reward scale, drifting slowly as "

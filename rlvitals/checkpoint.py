@@ -48,8 +48,8 @@ def restore_rng(state: dict, net, learner) -> None:
     learner.generator.set_state(state["minibatch"])
 
 
-def save_checkpoint(archive: RunArchive, cfg, net, learner, tracker, telemetry) -> None:
-    """`tracker` and `telemetry` give their own state (`state()`), as plain data."""
+def save_checkpoint(archive: RunArchive, cfg, net, learner, tracker, telemetry, invariants=None) -> None:
+    """`tracker`, `telemetry` and `invariants` (the run's invariant monitor) give their own state, as plain data."""
     archive.save_checkpoint({
         "run_id": archive.run_id,
         "config": cfg.to_dict(),
@@ -62,6 +62,7 @@ def save_checkpoint(archive: RunArchive, cfg, net, learner, tracker, telemetry) 
         "learner_state": learner.extra_state(),  # the run's reward scale and noise-scale averages
         "rng": rng_state(net, learner),
         "telemetry": telemetry.state(),
+        "invariants": invariants.state() if invariants is not None else {},
     }, mean_return=tracker.mean_return())  # judges best.pt
 
 

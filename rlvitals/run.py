@@ -25,17 +25,22 @@ import psutil
 from rlvitals.actors.rollout import Rollout
 from rlvitals.telemetry.health import HealthMonitor
 from rlvitals.telemetry.interface import or_null
+from rlvitals.telemetry.invariants import InvariantMonitor
 from rlvitals.telemetry.verdicts import SEVERITIES, print_verdict
 
 from .archive import ArchiveWriteError, RunArchive
 from .checkpoint import restore, save_checkpoint, telemetry_state
 from .config import TrainConfig
+from .evidence import PipelineEvidence
 from .guard import NonFiniteGuard
 from .parts import make_learner, make_network, resolve_device
 from .progress import ProgressLine, Reading
 from .rows import RowObserver, RowWriter
 from .status import COMPLETED, ended_by
 from .tracker import RunTracker
+
+WIRED_STATISTICS = (("inv_weights_as_stamped", "weights_mismatch"), ("inv_learner_sees_actor_data", "logp_discrepancy"))
+"""Invariant statistics that are checks the run already makes under their own keys."""
 
 
 class Run:
@@ -53,6 +58,11 @@ class Run:
         self.health = HealthMonitor(run_id=str(archive.meta.get("run_id", "")),
                                     on_verdict=print_verdict if cfg.progress else None)
         self.rows = RowWriter(archive, [self.health, *observers])
+        # Invariants are judged per update on evidence (telemetry/invariants.py); their state rides in every row.
+        self.invariants = InvariantMonitor()
+        self.evidence = PipelineEvidence()
+        self.judged: dict = {}
+        """The latest `inv_*` statistics and `inv_broken_*` flags (in every row from the first judgement on)."""
         self.progress = ProgressLine(cfg.total_env_steps, enabled=cfg.progress, interval=cfg.log_interval_seconds)
         self.stats: dict = {}
         """The last learn step's statistics ({} when it did not learn)."""
@@ -82,6 +92,7 @@ class Run:
         run = cls(cfg, archive, telemetry, net, learner, device, stop, observers)
         if resume is not None and learner is not None:
             restore(resume, net, learner, run.tracker)
+            run.invariants.load_state(resume.get("invariants", {}))   # a broken invariant stays broken
         return run
 
     # ------------------------------------------------------------- the loop
@@ -125,12 +136,17 @@ class Run:
             mismatch = self.weights_mismatch(rollout)
             if mismatch is not None:
                 stats["weights_mismatch"] = mismatch
-            self.telemetry.record_learn(stats)  # counts a skipped update's samples as dropped itself
             if stats["nonfinite"]:
                 t.dropped["nonfinite"] += n
             else:
                 t.learned += n
+            stats.update(self.evidence.learned(n, rollout.policy_age, stats["learner_steps"] > 0, self.queue_capacity,
+                                               self._process.memory_info().rss, stats["rollouts_alive"]))
+            self.judge(stats, t.updates + 1)
+            self.telemetry.record_learn(stats)  # counts a skipped update's samples as dropped itself
             self.guard.update_ok(stats, rollout)
+        else:
+            self.judge(stats, t.updates + 1)
         self.stats = stats
         t.updates += 1
         if self.rows.due(t.updates):
@@ -187,18 +203,35 @@ class Run:
         self.tracker.produced += samples
         self.tracker.dropped[reason] += samples
         self.telemetry.record_dropped(reason, samples)
+        if reason == "stale":
+            newly_broken = self.judge(self.evidence.dropped(samples), self.tracker.updates)
+            if newly_broken:  # every batch may be dropped: the verdict must not wait for a timed row
+                self.rows.write(self.row())
 
     def left_in_flight(self, samples: int) -> None:
         """A batch an actor finished that the run ended without taking."""
         self.tracker.produced += samples
         self.tracker.in_flight += samples
 
+    def judge(self, stats: dict, update: int) -> bool:
+        """Add the invariants' verdict flags to `stats` (judged at `update`); True when one broke just now."""
+        before = len(self.invariants.broken_at)
+        for statistic, key in WIRED_STATISTICS:
+            if key in stats:
+                stats[statistic] = stats[key]
+        stats.update(self.invariants.observe(stats, update))
+        self.judged.update({k: v for k, v in stats.items() if k.startswith("inv_") and isinstance(v, float)})
+        if self.learner is not None and not stats.get("updates"):
+            self.telemetry.record_learn(stats)   # judged without an update (a dropped batch, the run's end)
+        return len(self.invariants.broken_at) > before
+
     # ------------------------------------------------------------- records
     def row(self) -> dict:
         """One metrics.jsonl row (docs/architecture.md lists the keys): the batch's statistics, then the run's
         counters and state, which win on a clash. Undefined values are dropped when it is written."""
         t = self.tracker
-        row = {k: v for k, v in self.stats.items() if isinstance(v, float) and not k.startswith("time_")}
+        row = {**self.judged, **{k: v for k, v in self.stats.items()
+                                 if isinstance(v, float) and not k.startswith("time_")}}
         row.update(t.episode_stats())
         row.update({
             "updates": t.updates, "env_steps": t.env_steps, "episodes": t.episodes,
@@ -221,7 +254,7 @@ class Run:
         return Reading(t.env_steps, t.elapsed, t.mean_return(), self.stats, self.net.age)
 
     def save_checkpoint(self) -> None:
-        save_checkpoint(self.archive, self.cfg, self.net, self.learner, self.tracker, self.telemetry)
+        save_checkpoint(self.archive, self.cfg, self.net, self.learner, self.tracker, self.telemetry, self.invariants)
 
     def finish(self, status: str, extra: dict) -> dict:
         """Final checkpoint, last metrics row, summary.json, observers closed: however the run ends."""
@@ -229,11 +262,14 @@ class Run:
         t = self.tracker
         if self.learner is not None and t.updates > 0:
             self.save_checkpoint()
+        if t.produced > 0 and self.judge({"inv_run_without_updates": float(t.updates == 0)}, t.updates):
+            self.rows.last_updates = None   # a whole-run judgement broke: the last row must carry it
         if self.rows.last_updates != t.updates or self.rows.last_dropped_stale != t.dropped["stale"]:
             self.rows.write(self.row())
         verdicts = self.health.finish()
         summary = {**t.summary(self.net.age, self.cfg.agent), "status": status, **extra,
                    "nonfinite_batches_skipped": self.guard.skipped, "samples": t.accounting(),
+                   "judgement": {**t.judgement(), "invariants_broken": dict(self.invariants.broken_at)},
                    "verdicts": {s: sum(v.severity == s for v in verdicts) for s in SEVERITIES}}
         self.archive.write_summary(summary)
         self.rows.close(self.archive.path)

@@ -15,11 +15,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .invariants import INVARIANTS
+
 LEVELS = ("off", "minimal", "standard", "debug")
 KINDS = ("counter", "gauge", "histogram", "info")
 STATS = ("min", "max", "mean", "std")
 
 TIMINGS_NOT_IN_ROWS = "timings differ in every repetition of a run, and rows are reproducible (`wall_seconds` aside)"
+
+INVARIANT_NAMES = tuple(i.name for i in INVARIANTS)
 
 STALENESS_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 # Symmetric, roughly logarithmic: value-like quantities from -1000 to 1000.
@@ -227,6 +231,16 @@ METRICS: tuple[Metric, ...] = (
            "The same discrepancy with the learner reading the neighbouring step's observation. Near 0 here "
            "while the unshifted discrepancy is not: observations are stored one step off their actions.",
            source="logp_discrepancy_shifted"),
+    Metric("rlvitals_invariant_statistic", "gauge", "learner", "standard", "none",
+           "Per update, how far each invariant is from holding (docs/invariants.md): 0 when it holds exactly, "
+           "larger the more it is broken; a sampled check keeps its last value between measurements. Healthy: "
+           "below the invariant's limit on every update.",
+           labels=("invariant",), label_values={"invariant": INVARIANT_NAMES}, source="inv_{invariant}"),
+    Metric("rlvitals_invariant_broken", "gauge", "learner", "standard", "none",
+           "1 once an invariant's statistic has been over its limit for its hold (counted in updates, never "
+           "seconds), and for the rest of the run; else 0. Healthy: 0 for every invariant. The `RLInvariant...` "
+           "alert of the same name fires on it and names the component that owns the invariant.",
+           labels=("invariant",), label_values={"invariant": INVARIANT_NAMES}, source="inv_broken_{invariant}"),
     Metric("rlvitals_learner_phase_seconds_total", "counter", "learner", "standard", "s",
            "Seconds the learner spent in each phase. rate() gives the fraction of time per phase; a large "
            "`wait` share means the learner is starved by the actors, a large `publish` share means weight "

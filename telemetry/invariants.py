@@ -155,6 +155,22 @@ INVARIANTS: tuple[Invariant, ...] = (
         "the env breaks its own contract, or a wrapper changed observations without changing the space.",
         "A correct env's observations are members of its observation space; 1% tolerance covers envs whose "
         "declared bounds are loose conventions."),
+    Invariant(
+        "weights_as_stamped", "boundary", "weight-sync", 1e-9, 2,
+        "Actors act with other weights than the network age they report",
+        "The fingerprint of the weights an actor acted with differs from the learner's weights of the network "
+        "age stamped on its rollout: weights are sent under the wrong age (a stale copy published as new), "
+        "received but not loaded, or loaded into a network the actor does not act with.",
+        "Fingerprints are float64 sums of the same parameters; the same weights agree to 1e-12 on any device."),
+    Invariant(
+        "learner_sees_actor_data", "boundary", "preprocessing", 1e-3, 2,
+        "The learner and the actors disagree on the probability of the same action",
+        "On a batch of staleness 0 the learner's network is the one that acted, so its log-probability of each "
+        "behaviour action must be the actor's; it is not, so the learner reads other inputs than the actor did "
+        "(a transform, normalisation or dtype on one side only). When the actor's own record or the rollout's "
+        "observations are also wrong, the invariants of the actor, upstream, say so first.",
+        "Same weights, same observation, same function: equal up to float32 rounding of two batched forward "
+        "passes (1e-5 nats); 1e-3 has no false alarm. Judged only at staleness 0."),
     # ----------------------------------------------------------------- dataflow (returns, policy, value)
     Invariant(
         "returns_recomputed", "dataflow", "returns", 1e-3, 2,
@@ -239,6 +255,20 @@ INVARIANTS: tuple[Invariant, ...] = (
         "more than 64 MiB in all: something keeps every rollout, batch or tensor it sees.",
         "A correct run's memory is flat once its buffers exist; one-off allocations do not grow in both halves.",
         severity="warning"),
+    Invariant(
+        "rollouts_retained", "pipeline", "memory", 0.0, 16,
+        "Rollouts pile up in the learner's memory",
+        "The learner process holds more rollouts than its queues, the batch in hand and one arriving can "
+        "account for, update after update: something keeps batches after learning from them (a list of past "
+        "rollouts, a replay buffer without a limit, tensors referenced from logged statistics).",
+        "Queues are bounded by their capacity; a correct learner frees each batch after its update, so the "
+        "rollouts alive never exceed capacity + 4. The count is exact; 16 updates in a row rule out a burst."),
+    Invariant(
+        "run_without_updates", "pipeline", "throughput", 0.0, 1,
+        "The run ended without a single update",
+        "Env steps were taken, but the learner never learned from a batch: every batch was dropped or none "
+        "arrived. Look at the drop counts in summary.json, the actors' logs and the learner's phase times.",
+        "Judged once, when the run ends: a correct run that took env steps learned from at least one batch."),
 )
 
 BY_NAME: dict[str, Invariant] = {i.name: i for i in INVARIANTS}

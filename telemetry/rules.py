@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .catalogue import METRICS, Metric
+from .invariants import INVARIANTS, Invariant
 from .promexpr import Abs, AvgOverTime, Bin, Delta, Expr, Num, Series
 from .verdicts import COMPONENTS, SEVERITIES
 
@@ -374,6 +375,19 @@ RULES: tuple[Rule, ...] = (
          "The next allocation may fail. Compare torch's allocated and reserved memory: reserved >> "
          "allocated means the caching allocator, not your tensors."),
 )
+
+
+
+def invariant_rule(inv: Invariant) -> Rule:
+    """The rule of an invariant: it fires as soon as the run's monitor counts the invariant as broken.
+
+    The hold is counted in updates by the monitor (telemetry.invariants), so the rule itself waits for nothing.
+    """
+    return Rule(inv.rule_name, S(inv.broken_key) > 0, 0, "fast", inv.severity, inv.component,
+                inv.summary + " in run {{ $labels.run_id }}", inv.check)
+
+
+RULES = RULES + tuple(invariant_rule(inv) for inv in INVARIANTS)
 
 BY_RULE: dict[str, Rule] = {r.name: r for r in RULES}
 
