@@ -257,7 +257,7 @@ class PPOLearner:
         if directions is not None:
             directions.update(diag.loss_directions(logp, values, entropy, b.mb_adv[mb], b.mb_targets[mb],
                                                    self.s.normalize_advantages, net.value_bias()))
-            self.invariants.first_minibatch(loss, logp, values, entropy, parts["policy_loss"], b, mb)
+            self.invariants.first_minibatch(loss, parts["policy_loss"], params, logp, values, entropy, b, mb)
         return loss, parts, params
 
     def _report(self, b: _Batch, u: _Update) -> dict:
