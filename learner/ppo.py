@@ -18,6 +18,7 @@ from torch import nn
 from rlvitals.actors.rollout import Rollout
 
 from . import diagnostics as diag
+from .invariants import LearnerInvariants
 from .normalize import LearnerNormalization
 from .returns import vtrace
 
@@ -119,6 +120,7 @@ class PPOLearner:
         self.reward_scale = torch.zeros((), device=device)
         """Largest |reward| of any valid step learned from in this run (kept on the device)."""
         self.normalization = LearnerNormalization(net, settings.normalize_rewards, settings.normalize_clip, device)
+        self.invariants = LearnerInvariants(self)
 
     def extra_state(self) -> dict:
         """What a checkpoint must keep of the learner beyond network, optimizer and counters (tensors only)."""
@@ -200,10 +202,13 @@ class PPOLearner:
             stats["record_discrepancy"] = diag.record_discrepancy(self.net.dist, r["behaviour_params"], actions,
                                                                   r["behaviour_logp"], valid)
         flat = lambda x: x.reshape(T * N, *x.shape[2:]).index_select(0, index)  # noqa: E731
-        return _Batch(rewards=rewards, valid=valid, values=values, targets=targets, advantages=advantages,
-                      mb_obs=flat(obs[:T]), mb_actions=flat(actions), mb_logp=flat(r["behaviour_logp"]),
-                      mb_params=flat(r["behaviour_params"]), mb_adv=flat(advantages), mb_targets=flat(targets),
-                      count=int(index.shape[0]), stats=stats, activations=activations)
+        batch = _Batch(rewards=rewards, valid=valid, values=values, targets=targets, advantages=advantages,
+                       mb_obs=flat(obs[:T]), mb_actions=flat(actions), mb_logp=flat(r["behaviour_logp"]),
+                       mb_params=flat(r["behaviour_params"]), mb_adv=flat(advantages), mb_targets=flat(targets),
+                       count=int(index.shape[0]), stats=stats, activations=activations)
+        with torch.no_grad():
+            self.invariants.arrival(batch, r, params_all, values_all, index)
+        return batch
 
     def _update(self, b: _Batch) -> _Update:
         """update_epochs shuffled passes over the batch, num_minibatches optimizer steps each."""
@@ -219,6 +224,7 @@ class PPOLearner:
                 ta = self._clock()
                 # Loss directions are exact per sample: the update's first minibatch is enough to watch them.
                 loss, parts, mb_params = self._forward_backward(b, mb, directions if steps == 0 else None)
+                self.invariants.step(mb, mb_params, epoch == s.update_epochs - 1)
                 grads = diag.flat_grads(net)
                 parts.update({f"grad_norm_{head}": grads.index_select(0, at).norm() for head, at in self.heads.items()})
                 tb = self._clock()
@@ -254,10 +260,11 @@ class PPOLearner:
                     output.retain_grad()
             loss, parts = ppo_loss(logp, b.mb_logp[mb], values, b.mb_adv[mb], b.mb_targets[mb], entropy, self.s)
         self.optimizer.zero_grad(set_to_none=False)
-        loss.backward()
+        loss.backward(retain_graph=directions is not None and self.invariants.keeps_graph)
         if directions is not None:
             directions.update(diag.loss_directions(logp, values, entropy, b.mb_adv[mb], b.mb_targets[mb],
                                                    self.s.normalize_advantages, net.value_bias()))
+            self.invariants.first_minibatch(loss, parts["policy_loss"], params, logp, values, entropy, b, mb)
         return loss, parts, params
 
     def _report(self, b: _Batch, u: _Update) -> dict:
@@ -265,6 +272,7 @@ class PPOLearner:
         after = diag.flat_params(self.net)
         stats = {**b.stats, **u.stats, **diag.step_statistics(u.before, after),
                  "params_finite": torch.isfinite(after).all().float()}
+        stats.update(self.invariants.report(b, u, after, stats))
         vectors = {}
         if self.value_trace:
             vectors.update(value_trace=b.values[:, 0], reward_trace=b.rewards[:, 0])
