@@ -23,6 +23,7 @@ from pathlib import Path
 import psutil
 
 from rlvitals.actors.rollout import Rollout
+from rlvitals.actors.witness import boundary_statistics
 from rlvitals.telemetry.health import HealthMonitor
 from rlvitals.telemetry.interface import or_null
 from rlvitals.telemetry.verdicts import SEVERITIES, print_verdict
@@ -120,6 +121,7 @@ class Run:
                 frac = max(0.0, 1 - t.env_steps / self.cfg.total_env_steps)
                 self.learner.set_learning_rate(self.cfg.learning_rate * frac)
             stats = self.learner.learn(rollout)
+            stats.update(boundary_statistics(rollout))  # what was learned from against the env's raw output
             stats["rollouts_alive"] = float(Rollout.alive())  # the batch in hand counts: healthy is small
             stats["staleness_batches"] = self.staleness / self._steps_per_update
             mismatch = self.weights_mismatch(rollout)
