@@ -11,8 +11,10 @@ it on the rollout; it travels with it (pickled through Ray in Ray mode), and
 `boundary_statistics` compares it with the rollout wherever the rollout is
 learned from.
 
-Statistics (row keys; 0 when the invariant holds, larger when broken, absent
-when the rollout carries no witness record):
+Statistics (row keys; 0 when the invariant holds, larger when broken, NaN
+when the update had nothing to compare: no episode end for the episode-end
+statistic, no reset step for the reset statistic; absent when the rollout
+carries no witness record):
 
 inv_boundary_actions
     Fraction of witnessed (t, env) positions whose stored action, mapped the
@@ -24,11 +26,12 @@ inv_boundary_actions
 
 inv_boundary_rewards
     Largest relative difference |stored - env| / max(|env|, 1e-30) over all
-    positions (equal non-finite values count as equal, unequal ones as 1).
-    Derivation: the stored reward is the env's reward rounded to float32,
-    relative error at most 2^-24 = 6e-8 for normal numbers. False alarms:
-    none above the limit of 1e-6 (only rewards below float32's normal range,
-    1.2e-38, round worse).
+    positions, the env's reward first rounded to float32 as storing rounds
+    it (equal non-finite values count as equal, unequal ones as 1).
+    Derivation: the stored reward is the env's reward rounded to float32;
+    rounding the witnessed one the same way makes the comparison exact, so a
+    correct run reads 0. False alarms: none (a difference of even one float32
+    ulp, 6e-8 relative, is a changed reward; the limit of 1e-6 ignores those).
 
 inv_boundary_episode_ends
     Number of terminated plus truncated flags that differ from the env's.
@@ -37,9 +40,10 @@ inv_boundary_episode_ends
 inv_boundary_observations
     Largest relative difference between the rollout's obs[t, env] and the
     observation the env emitted before step t (obs[T]: after the last step)
-    at 4 random positions per rollout. Derivation: the runner stores the
-    emitted observation cast to float32 (pixels stay uint8): relative error
-    at most 6e-8. False alarms: none above 1e-6. Detection: a fault that
+    at 4 random positions per rollout, the emitted one rounded to the
+    rollout's dtype. Derivation: the runner stores the emitted observation
+    cast to float32 (pixels stay uint8); rounded the same way they are equal,
+    so a correct run reads 0. False alarms: none (exact). Detection: a fault that
     changes a fraction f of positions is seen with probability
     1 - (1 - f)^4 per rollout; observations stored a step off or transformed
     (f near 1) are seen on the first rollout.
@@ -254,9 +258,12 @@ STATISTICS = ("inv_boundary_actions", "inv_boundary_rewards", "inv_boundary_epis
 
 
 def relative_difference(stored: np.ndarray, witnessed: np.ndarray) -> np.ndarray:
-    """|stored - witnessed| / max(|witnessed|, 1e-30), elementwise; equal values (NaN, inf included) give 0,
-    unequal non-finite ones 1."""
-    s, w = np.asarray(stored, np.float64), np.asarray(witnessed, np.float64)
+    """|stored - witnessed| / max(|witnessed|, 1e-30), elementwise, with the witnessed value first rounded to
+    the stored dtype (what storing does to it); equal values (NaN, inf included) give 0, unequal non-finite 1."""
+    stored = np.asarray(stored)
+    with np.errstate(over="ignore", invalid="ignore"):
+        rounded = np.asarray(witnessed).astype(stored.dtype)
+    s, w = stored.astype(np.float64), rounded.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.abs(s - w) / np.maximum(np.abs(w), TINY)
     same = (s == w) | (np.isnan(s) & np.isnan(w))
@@ -283,6 +290,7 @@ def boundary_statistics(rollout) -> dict[str, float]:
     reward_diff = 0.0
     positions = action_diff = ends = resets = steps = agent_steps = 0
     obs_diff = 0.0
+    end_events = reset_events = obs_compared = 0
     outside = emitted = 0
     for rec in records:
         envs = slice(rec.env_offset, rec.env_offset + rec.num_envs)
@@ -296,11 +304,14 @@ def boundary_statistics(rollout) -> dict[str, float]:
         positions += t * rec.num_envs
         reward_diff = max(reward_diff, _max(relative_difference(rewards[:t, envs], rec.rewards[:t])))
         ends += int((term[:t, envs] != rec.terminated[:t]).sum() + (trunc[:t, envs] != rec.truncated[:t]).sum())
+        end_events += int((term[:t, envs] | trunc[:t, envs] | rec.terminated[:t] | rec.truncated[:t]).sum())
         resets += int((valid[:t, envs] & rec.resets[:t]).sum())
+        reset_events += int(rec.resets[:t].sum())
         steps += rec.steps
         agent_steps += rec.agent_steps
         for (ts, e), seen in zip(rec.obs_at.tolist(), rec.obs, strict=True):
             if ts <= T:
+                obs_compared += 1
                 obs_diff = max(obs_diff, _max(relative_difference(obs[ts, rec.env_offset + e], seen)))
         outside += rec.outside_space
         emitted += rec.emitted
@@ -309,12 +320,15 @@ def boundary_statistics(rollout) -> dict[str, float]:
     claimed = rollout.env_steps if covered == rollout.num_envs else sum(
         int(valid[:, rec.env_offset:rec.env_offset + rec.num_envs].sum()) for rec in records)
     step_count = abs(steps - T * covered) + abs(agent_steps - claimed)
+    nan = float("nan")
+    # Where there was nothing to compare (no episode ended, no reset step) the update measured nothing: NaN,
+    # so that a fault seen only at episode ends is judged on the updates that hold some, in a row.
     return {
-        "inv_boundary_actions": action_diff / max(positions, 1),
-        "inv_boundary_rewards": float(reward_diff),
-        "inv_boundary_episode_ends": float(ends),
-        "inv_boundary_observations": float(obs_diff),
-        "inv_boundary_resets": float(resets),
+        "inv_boundary_actions": action_diff / positions if positions else nan,
+        "inv_boundary_rewards": float(reward_diff) if positions else nan,
+        "inv_boundary_episode_ends": float(ends) if end_events else nan,
+        "inv_boundary_observations": float(obs_diff) if obs_compared else nan,
+        "inv_boundary_resets": float(resets) if reset_events else nan,
         "inv_boundary_step_count": float(step_count),
         "inv_observation_space": outside / emitted if emitted else float("nan"),
     }

@@ -1,0 +1,176 @@
+"""Data across the boundary (issue 20): the witness's statistics read 0 on healthy runs, local and Ray, and each
+planted fault (a monkeypatch or a wrapped env, never product code) drives exactly its own statistic over its limit.
+
+Real gymnasium envs and real training runs throughout; the Ray run joins a private Ray head started for this module.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from rlvitals.actors.runner import EnvRunner
+from rlvitals.actors.witness import STATISTICS
+from rlvitals.config import TrainConfig
+from rlvitals.run import train_in
+from rlvitals.telemetry.invariants import BY_NAME, InvariantMonitor
+
+UPDATES = 4
+
+
+def config(run_dir: Path, env: str = "CartPole-v1", updates: int = UPDATES, **fields) -> TrainConfig:
+    return TrainConfig(**{"env": env, "seed": 0, "run_dir": str(run_dir), "total_env_steps": 8 * 32 * updates,
+                          "num_envs": 8, "rollout_length": 32, "num_minibatches": 2, "update_epochs": 1,
+                          "device": "cpu", "verbosity": "off", "progress": False, **fields}).validate()
+
+
+def rows_of(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def statistics(rows: list[dict]) -> dict[str, list[float]]:
+    """Each boundary statistic's measured values, update by update (rows leave NaN out)."""
+    return {key: [row[key] for row in rows if key in row] for key in STATISTICS}
+
+
+def broken(rows: list[dict]) -> set[str]:
+    """The invariants the monitor counts as broken over these rows, with their limits and holds."""
+    monitor = InvariantMonitor([BY_NAME[key.removeprefix("inv_")] for key in STATISTICS])
+    for row in rows:
+        monitor.observe(row, row["updates"])
+    return set(monitor.broken_at)
+
+
+def assert_healthy(rows: list[dict]) -> None:
+    seen = statistics(rows)
+    for key in STATISTICS:
+        assert seen[key], f"{key} was never measured"
+        assert max(seen[key]) == 0.0, f"{key} on a healthy run: {seen[key]}"
+
+
+# ---------------------------------------------------------------- healthy
+def test_a_healthy_local_run_reads_zero_on_every_boundary_statistic(tmp_path):
+    # Episodes cut at 12 steps: ends, truncations and resets in every rollout, so every statistic is measured.
+    _, run_dir = train_in(config(tmp_path / "run", env_kwargs={"max_episode_steps": 12}), ["test"])
+    rows = rows_of(run_dir)
+    assert len(rows) >= UPDATES
+    assert_healthy(rows)
+    assert not broken(rows)
+
+
+def test_a_healthy_continuous_run_reads_zero_with_actions_clipped_for_the_env(tmp_path):
+    # A Gaussian policy's actions leave Pendulum's [-2, 2]: the env gets them clipped, the rollout keeps them raw.
+    _, run_dir = train_in(config(tmp_path / "run", env="Pendulum-v1", env_kwargs={"max_episode_steps": 20}),
+                          ["test"])
+    assert_healthy(rows_of(run_dir))
+
+
+# ---------------------------------------------------------------- planted faults
+def collect_then(mp, change) -> None:
+    """EnvRunner.collect, with `change(rollout)` applied to what it returns (a fault between env and rollout)."""
+    original = EnvRunner.collect
+
+    def collect(self, policy, num_steps):
+        rollout = original(self, policy, num_steps)
+        change(rollout)
+        return rollout
+
+    mp.setattr(EnvRunner, "collect", collect)
+
+
+def shift(x: torch.Tensor) -> torch.Tensor:
+    """Each step holds its predecessor's value (the first step repeats)."""
+    return torch.cat([x[:1], x[:-1]])
+
+
+def actions_a_step_late(r):
+    r.actions = shift(r.actions)
+
+
+def rewards_a_step_late(r):
+    r.rewards = shift(r.rewards)
+
+
+def observations_a_step_late(r):
+    r.obs = shift(r.obs)
+
+
+def truncation_stored_as_termination(r):
+    r.terminated, r.truncated = r.terminated | r.truncated, torch.zeros_like(r.truncated)
+
+
+def reset_steps_marked_valid(r):
+    r.valid = torch.ones_like(r.valid)
+
+
+def last_step_dropped(r):
+    for name in ("actions", "rewards", "terminated", "truncated", "valid", "behaviour_params", "behaviour_logp"):
+        setattr(r, name, getattr(r, name)[:-1])
+    r.obs = r.obs[:-1]
+    r.valid_count = int(r.valid.sum())
+
+
+FAULTS = {  # statistic -> (env, fault); Pendulum where rewards and actions vary at every step
+    "inv_boundary_actions": ("CartPole-v1", actions_a_step_late),
+    "inv_boundary_rewards": ("Pendulum-v1", rewards_a_step_late),
+    "inv_boundary_observations": ("CartPole-v1", observations_a_step_late),
+    "inv_boundary_episode_ends": ("CartPole-v1", truncation_stored_as_termination),
+    "inv_boundary_resets": ("CartPole-v1", reset_steps_marked_valid),
+    "inv_boundary_step_count": ("CartPole-v1", last_step_dropped),
+}
+
+
+@pytest.mark.parametrize("key", list(FAULTS))
+def test_a_fault_between_env_and_rollout_breaks_exactly_its_statistic(key, tmp_path, monkeypatch):
+    env, fault = FAULTS[key]
+    collect_then(monkeypatch, fault)
+    _, run_dir = train_in(config(tmp_path / "run", env=env, env_kwargs={"max_episode_steps": 12}), ["test"])
+    rows = rows_of(run_dir)
+    seen = statistics(rows)
+    limit = BY_NAME[key.removeprefix("inv_")].limit
+    assert seen[key] and min(seen[key]) > limit, f"{key} under the fault: {seen[key]} (limit {limit})"
+    assert broken(rows) == {key.removeprefix("inv_")}, {k: v for k, v in seen.items() if v and max(v) > 0}
+
+
+class OffsetCartPole(gym.ObservationWrapper):
+    """CartPole whose cart position is reported 10 units further right than its space's bound of 4.8 allows."""
+
+    def __init__(self):
+        super().__init__(gym.make("CartPole-v1"))
+
+    def observation(self, obs):
+        return (obs + np.array([10.0, 0, 0, 0], dtype=obs.dtype)).astype(obs.dtype)
+
+
+def test_an_env_that_leaves_its_declared_space_breaks_the_observation_space_invariant(tmp_path):
+    env_id = f"RlvBoundaryOffsetCartPole{uuid.uuid4().hex[:8]}-v0"
+    gym.register(env_id, entry_point=OffsetCartPole, disable_env_checker=True)
+    try:
+        _, run_dir = train_in(config(tmp_path / "run", env=env_id, updates=6), ["test"])
+    finally:
+        gym.registry.pop(env_id)
+    rows = rows_of(run_dir)
+    seen = statistics(rows)["inv_observation_space"]
+    assert len(seen) >= 6 and set(seen) == {1.0}, seen
+    assert broken(rows) == {"observation_space"}
+
+
+def test_nan_when_nothing_was_there_to_compare():
+    """Without an episode end or a reset step in the rollout, those two statistics measured nothing."""
+    from rlvitals.actors.agents import RandomAgent
+    from rlvitals.actors.witness import boundary_statistics
+
+    runner = EnvRunner("Pendulum-v1", 2, 0)   # 200-step episodes: none ends in 8 steps
+    try:
+        stats = boundary_statistics(runner.collect(RandomAgent(runner.action_space, 0), 8))
+    finally:
+        runner.close()
+    assert math.isnan(stats["inv_boundary_episode_ends"]) and math.isnan(stats["inv_boundary_resets"])
+    assert stats["inv_boundary_actions"] == stats["inv_boundary_rewards"] == 0.0
