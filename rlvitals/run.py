@@ -65,6 +65,8 @@ class Run:
         """Learner steps between that network and the learner's when the batch arrived."""
         self.queue_depth: int | None = None
         self.queue_capacity: int | None = None
+        self.actor_accounts = None
+        """Ray mode: the driver's count of rollouts per actor (rlvitals.distributed.accounting), set by the source."""
         self._process = psutil.Process(os.getpid())
         steps_per_update = self._steps_per_update = cfg.update_epochs * cfg.num_minibatches
         self._checkpoint_every = max(1, cfg.checkpoint_interval // steps_per_update)
@@ -122,6 +124,7 @@ class Run:
                 self.learner.set_learning_rate(self.cfg.learning_rate * frac)
             stats = self.learner.learn(rollout)
             stats.update(boundary_statistics(rollout))  # what was learned from against the env's raw output
+            stats.update(self.actor_accounts.take_statistic() if self.actor_accounts is not None else {})
             stats["rollouts_alive"] = float(Rollout.alive())  # the batch in hand counts: healthy is small
             stats["staleness_batches"] = self.staleness / self._steps_per_update
             mismatch = self.weights_mismatch(rollout)
@@ -235,7 +238,8 @@ class Run:
             self.rows.write(self.row())
         verdicts = self.health.finish()
         summary = {**t.summary(self.net.age, self.cfg.agent), "status": status, **extra,
-                   "nonfinite_batches_skipped": self.guard.skipped, "samples": t.accounting(),
+                   "nonfinite_batches_skipped": self.guard.skipped,
+                   "samples": {**t.accounting(), **extra.get("samples", {})},
                    "verdicts": {s: sum(v.severity == s for v in verdicts) for s in SEVERITIES}}
         self.archive.write_summary(summary)
         self.rows.close(self.archive.path)
