@@ -174,3 +174,62 @@ def test_nan_when_nothing_was_there_to_compare():
         runner.close()
     assert math.isnan(stats["inv_boundary_episode_ends"]) and math.isnan(stats["inv_boundary_resets"])
     assert stats["inv_boundary_actions"] == stats["inv_boundary_rewards"] == 0.0
+
+
+# ---------------------------------------------------------------- the doctor on a run that made no update
+def test_the_ray_leg_reports_a_run_without_update_instead_of_failing_to_load_its_checkpoint(tmp_path, monkeypatch):
+    from rlvitals.doctor import rayleg
+    from rlvitals.training import LocalRollouts
+
+    def next_dropped(self):                     # every batch arrives stale: the learner never updates
+        rollout = self.runner.collect(self.agent, self.run.cfg.rollout_length)
+        self.run.drop("stale", rollout.env_steps)
+
+    monkeypatch.setattr(LocalRollouts, "next", next_dropped)
+    cfg = config(tmp_path / "run")
+    run = {**rayleg._train(cfg, tmp_path / "run", "local"), "cfg": cfg}
+    assert run["net"] is None and run["summary"]["updates"] == 0
+    message = rayleg.no_update_message("async", run)
+    assert message.startswith("the async run made no update") and f"{cfg.total_env_steps} env steps" in message
+
+
+# ---------------------------------------------------------------- Ray: the witness and the actors' accounting
+@pytest.mark.slow
+def test_a_healthy_ray_run_reads_zero_and_accounts_for_every_rollout(tmp_path):
+    """Two asynchronous actors: the witness's records and the actors' counters travel through Ray with each
+    rollout; every statistic reads 0 and every rollout an actor produced is received or left in flight."""
+    cfg = config(tmp_path / "run", updates=6, mode="ray", num_actors=2, actor_cpus=0.5, torch_threads=1,
+                 env_kwargs={"max_episode_steps": 12})
+    summary, run_dir = train_in(cfg, ["test"])
+    rows = rows_of(run_dir)
+    assert_healthy(rows)
+    accounting = [row["inv_actor_accounting"] for row in rows if "inv_actor_accounting" in row]
+    assert len(accounting) == len(rows) and set(accounting) == {0.0}
+    actors = summary["samples"]["actors"]
+    assert actors["mismatch"] == 0 and set(actors["per_actor"]) == {"0", "1"}, actors
+    for counts in actors["per_actor"].values():
+        assert counts["produced"] == counts["received"] + counts["in_flight"] > 0, counts
+        assert all(seconds >= 0 for seconds in counts["seconds"].values()) and counts["seconds"]["env_step"] > 0
+
+
+def test_a_rollout_received_twice_breaks_the_actor_accounting():
+    """The driver's check, on rollouts a real runner collected and a real actor's counters stamped."""
+    from rlvitals.actors.agents import RandomAgent
+    from rlvitals.distributed.accounting import ActorAccounts, ActorCounters
+
+    runner = EnvRunner("CartPole-v1", 2, 0)
+    counters, accounts = ActorCounters(0, 1234), ActorAccounts()
+    try:
+        for _ in range(2):
+            started = counters.task_started()
+            rollout = runner.collect(RandomAgent(runner.action_space, 0), 4)
+            counters.produced_one()
+            counters.deliver(rollout, started, 0.0)
+            accounts.arrived(rollout)
+            assert accounts.take_statistic() == {"inv_actor_accounting": 0.0}
+        accounts.arrived(rollout)              # the same result handed to the driver again
+    finally:
+        runner.close()
+    assert accounts.take_statistic() == {"inv_actor_accounting": 1.0}
+    assert accounts.take_statistic() == {}, "measured once per arrival, then nothing until the next"
+    assert accounts.summary()["mismatch"] == 1

@@ -55,9 +55,23 @@ def _train(cfg, run_dir: Path, mode: str) -> dict:
             summary = train_ray(cfg, archive)
     finally:
         archive.close()
-    _, net = load_network(str(run_dir))
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    # A run that made no update saved no checkpoint: there is no network to compare, which is itself the finding.
+    net = load_network(str(run_dir))[1] if summary.get("updates", 0) > 0 else None
+    metrics = run_dir / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] if metrics.exists() else []
     return {"net": net, "summary": summary, "rows": rows}
+
+
+def no_update_message(mode: str, run: dict) -> str | None:
+    """Why a leg's run is not judged further: it made no update (None when it made some)."""
+    if run["net"] is not None:
+        return None
+    samples = run["summary"].get("samples", {})
+    dropped = sum(samples.get("dropped", {}).values())
+    return (f"the {mode} run made no update in its whole budget of {run['cfg'].total_env_steps} env steps "
+            f"({samples.get('produced', 0)} samples arrived, {dropped} dropped, {samples.get('in_flight', 0)} left "
+            "in flight): no batch reached the learner's update; check that actors deliver rollouts, that they are "
+            "not all dropped (stale weights), and that the learner is not stalled")
 
 
 def run_ray_leg(seed: int, parent: Path, leg: Leg = REFERENCE, started: float | None = None
@@ -81,6 +95,13 @@ def run_ray_leg(seed: int, parent: Path, leg: Leg = REFERENCE, started: float | 
         runs[mode]["cfg"] = cfg
         runs[mode]["seconds"] = time.perf_counter() - t0
 
+    stalled = {mode: no_update_message(mode, run) for mode, run in runs.items()}
+    for mode, message in stalled.items():
+        if message is not None:
+            lines.append(f"FAIL  {mode:<20} {runs[mode]['seconds']:5.1f}s  no update: nothing to compare")
+            verdict(f"doctor-ray-{mode}-no-update", "throughput", message)
+    if any(stalled.values()):
+        return verdicts, lines
     local, sync, asyn = runs["local"], runs["sync"], runs["async"]
     same = torch.equal(_outputs(local["net"]), _outputs(sync["net"]))
     lines.append(f"{'PASS' if same else 'FAIL'}  ray sync, 1 actor   {sync['seconds']:5.1f}s  "
