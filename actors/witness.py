@@ -90,13 +90,14 @@ class WitnessRecord:
     """What the envs of one runner received and returned during one rollout (copies, never views)."""
 
     actions: np.ndarray
-    """[T, n, ...] actions the env was stepped with."""
+    """[T, n, ...] actions the env was stepped with (integers in the narrowest dtype that holds them exactly)."""
     rewards: np.ndarray
-    """[T, n] rewards as the env returned them (its dtype)."""
-    terminated: np.ndarray
-    truncated: np.ndarray
-    resets: np.ndarray
-    """[T, n] bool: the step followed a done of the same env (a NEXT_STEP reset)."""
+    """[T, n] rewards as the env returned them, float64 ones rounded to float32: the rollout stores float32,
+    and the comparison rounds to the stored dtype anyway."""
+    ends: np.ndarray
+    """[T, n] uint8: bit 0 terminated, bit 1 truncated, as the env returned them."""
+    done_before: np.ndarray
+    """[n] bool: each env's step before this rollout ended an episode (its first step here is a reset)."""
     steps: int
     """Env steps taken (vector steps x envs)."""
     agent_steps: int
@@ -116,6 +117,20 @@ class WitnessRecord:
     """Where this runner's envs start in the rollout (several actors' rollouts side by side)."""
     complete: bool = True
     """False when some env output could not be recorded (the runner reports such output itself)."""
+
+    @property
+    def terminated(self) -> np.ndarray:
+        return (self.ends & 1).astype(bool)
+
+    @property
+    def truncated(self) -> np.ndarray:
+        return (self.ends & 2).astype(bool)
+
+    @property
+    def resets(self) -> np.ndarray:
+        """[T, n] bool: the step followed a done of the same env (a NEXT_STEP reset)."""
+        done = self.ends.astype(bool)
+        return np.concatenate([self.done_before[None], done[:-1]]) if len(done) else done
 
     @property
     def num_envs(self) -> int:
@@ -142,7 +157,8 @@ class Witness(gym.vector.VectorWrapper):
         self._clear(0)
 
     def _clear(self, num_steps: int) -> None:
-        self._actions, self._rewards, self._terms, self._truncs, self._resets = [], [], [], [], []
+        self._actions, self._rewards, self._ends = [], [], []
+        self._done_before = self._prev_done
         self._outside = self._emitted = 0
         self._complete = True
         self._want: dict[int, list[int]] = {}
@@ -180,9 +196,7 @@ class Witness(gym.vector.VectorWrapper):
             t = len(self._rewards)
             self._rewards.append(np.array(reward, copy=True))
             term, trunc = np.array(terminated, dtype=bool), np.array(truncated, dtype=bool)
-            self._terms.append(term)
-            self._truncs.append(trunc)
-            self._resets.append(self._prev_done)
+            self._ends.append(term.astype(np.uint8) | (trunc.astype(np.uint8) << 1))
             self._prev_done = term | trunc
             self._keep(t + 1, obs)
         except Exception:
@@ -202,22 +216,36 @@ class Witness(gym.vector.VectorWrapper):
         n = self.n
         complete = self._complete
         try:
-            rewards = np.stack(self._rewards) if self._rewards else np.zeros((0, n))
-            flags = [np.stack(x) if x else np.zeros((0, n), bool) for x in (self._terms, self._truncs, self._resets)]
-            actions = np.stack(self._actions) if self._actions else np.zeros((0, n))
-        except ValueError:  # ragged output: nothing comparable was recorded
-            complete, rewards, actions = False, np.zeros((0, n)), np.zeros((0, n))
-            flags = [np.zeros((0, n), bool)] * 3
+            rewards = _compact(np.stack(self._rewards)) if self._rewards else np.zeros((0, n), np.float32)
+            ends = np.stack(self._ends) if self._ends else np.zeros((0, n), np.uint8)
+            actions = _compact(np.stack(self._actions)) if self._actions else np.zeros((0, n))
+            if rewards.dtype.kind not in "biuf" or actions.dtype.kind not in "biuf":
+                raise TypeError("not numbers")
+        except (ValueError, TypeError):  # ragged or non-numeric output: nothing comparable was recorded
+            complete, rewards, actions, ends = False, np.zeros((0, n)), np.zeros((0, n)), np.zeros((0, n), np.uint8)
         kept = self._kept
         obs = np.stack([o for _, _, o in kept]) if kept and len({o.shape for _, _, o in kept}) == 1 else None
         record = WitnessRecord(
-            actions=actions, rewards=rewards, terminated=flags[0], truncated=flags[1], resets=flags[2],
-            steps=len(self._actions) * n, agent_steps=int((~flags[2]).sum()),
+            actions=actions, rewards=rewards, ends=ends, done_before=np.array(self._done_before, dtype=bool),
+            steps=len(self._actions) * n, agent_steps=0,
             obs_at=np.array([(t, e) for t, e, _ in kept] if obs is not None else [], dtype=np.int64).reshape(-1, 2),
             obs=obs if obs is not None else np.zeros(0), outside_space=self._outside, emitted=self._emitted,
             action_low=self._low, action_high=self._high, complete=complete)
+        record.agent_steps = int((~record.resets).sum())
         self._clear(0)
         return record
+
+
+def _compact(values: np.ndarray) -> np.ndarray:
+    """The same values in fewer bytes where that loses nothing the comparison uses: integers in the narrowest
+    dtype that holds them, float64 as float32 (what the rollout stores, and what the comparison rounds to)."""
+    if values.dtype.kind in "iu" and values.size:
+        narrow = values.astype(np.result_type(np.min_scalar_type(values.min()), np.min_scalar_type(values.max())))
+        return narrow if np.array_equal(narrow, values) else values
+    if values.dtype == np.float64:
+        with np.errstate(over="ignore"):
+            return values.astype(np.float32)
+    return values
 
 
 class SpaceCheck:
@@ -303,10 +331,11 @@ def boundary_statistics(rollout) -> dict[str, float]:
         action_diff += int(differ.reshape(t, rec.num_envs, -1).any(-1).sum())
         positions += t * rec.num_envs
         reward_diff = max(reward_diff, _max(relative_difference(rewards[:t, envs], rec.rewards[:t])))
-        ends += int((term[:t, envs] != rec.terminated[:t]).sum() + (trunc[:t, envs] != rec.truncated[:t]).sum())
-        end_events += int((term[:t, envs] | trunc[:t, envs] | rec.terminated[:t] | rec.truncated[:t]).sum())
-        resets += int((valid[:t, envs] & rec.resets[:t]).sum())
-        reset_events += int(rec.resets[:t].sum())
+        env_term, env_trunc, env_resets = rec.terminated[:t], rec.truncated[:t], rec.resets[:t]
+        ends += int((term[:t, envs] != env_term).sum() + (trunc[:t, envs] != env_trunc).sum())
+        end_events += int((term[:t, envs] | trunc[:t, envs] | env_term | env_trunc).sum())
+        resets += int((valid[:t, envs] & env_resets).sum())
+        reset_events += int(env_resets.sum())
         steps += rec.steps
         agent_steps += rec.agent_steps
         for (ts, e), seen in zip(rec.obs_at.tolist(), rec.obs, strict=True):
