@@ -29,10 +29,11 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-PHASES = ("env_step", "inference", "weights", "work_wait", "other")
-"""Where an actor's seconds go: stepping envs, the policy's forward pass, waiting for and loading weights,
-waiting for a request (between rollouts, and from start-up to the first), and the rest of a rollout's
-collection (the runner's bookkeeping, packing, the actor's own telemetry)."""
+PHASES = ("env_step", "inference", "weight_wait", "work_wait", "other")
+"""Where an actor's seconds go: stepping envs, the policy's forward pass, waiting for and loading weights
+(the three phases of rlvitals_actor_phase_seconds_total), idle with no request in hand (between rollouts, and
+from start-up to the first), and the rest of a rollout's collection (the runner's bookkeeping, packing, the
+actor's own telemetry). They add up to the incarnation's wall time since it started, up to its last delivery."""
 
 
 class ActorCounters:
@@ -65,7 +66,7 @@ class ActorCounters:
         env, inference = timings.get("env_step", 0.0), timings.get("inference", 0.0)
         self.seconds["env_step"] += env
         self.seconds["inference"] += inference
-        self.seconds["weights"] += weights_s
+        self.seconds["weight_wait"] += weights_s
         self.seconds["other"] += max(0.0, now - started - env - inference - weights_s)
         self.delivered += 1
         self._idle_since = now

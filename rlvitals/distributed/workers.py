@@ -81,7 +81,11 @@ class RolloutWorker:
             os._exit(3)
         self.accounting.produced_one()
         rollout.timings["weight_wait"] = waited  # part of the rollout's data, like env_step and inference
-        self.telemetry.record_rollout(rollout)
+        try:
+            self.telemetry.record_rollout(rollout)
+        except Exception as exc:  # produced, never delivered: counted with why
+            self.accounting.dropped_one(type(exc).__name__)
+            raise
         self.accounting.deliver(rollout, t0, waited)
         return rollout
 
