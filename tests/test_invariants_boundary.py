@@ -6,6 +6,7 @@ Real gymnasium envs and real training runs throughout; the Ray run joins a priva
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import uuid
@@ -198,7 +199,7 @@ def test_the_ray_leg_reports_a_run_without_update_instead_of_failing_to_load_its
 def test_a_healthy_ray_run_reads_zero_and_accounts_for_every_rollout(tmp_path):
     """Two asynchronous actors: the witness's records and the actors' counters travel through Ray with each
     rollout; every statistic reads 0 and every rollout an actor produced is received or left in flight."""
-    cfg = config(tmp_path / "run", updates=6, mode="ray", num_actors=2, actor_cpus=0.5, torch_threads=1,
+    cfg = config(tmp_path / "run", updates=4, mode="ray", num_actors=2, actor_cpus=0.5, torch_threads=1,
                  env_kwargs={"max_episode_steps": 12})
     summary, run_dir = train_in(cfg, ["test"])
     rows = rows_of(run_dir)
@@ -233,3 +234,27 @@ def test_a_rollout_received_twice_breaks_the_actor_accounting():
     assert accounts.take_statistic() == {"inv_actor_accounting": 1.0}
     assert accounts.take_statistic() == {}, "measured once per arrival, then nothing until the next"
     assert accounts.summary()["mismatch"] == 1
+
+
+def test_rollouts_side_by_side_keep_each_witness_record_at_its_envs():
+    """Sync Ray mode learns from actors' rollouts concatenated: each record must still meet its own envs."""
+    from rlvitals.actors.agents import RandomAgent
+    from rlvitals.actors.rollout import Rollout
+    from rlvitals.actors.witness import boundary_statistics
+
+    runners = [EnvRunner("CartPole-v1", n, seed, actor_id=i) for i, (n, seed) in enumerate([(2, 1), (3, 2)])]
+    try:
+        parts = [r.collect(RandomAgent(r.action_space, 0), 40) for r in runners]
+    finally:
+        for r in runners:
+            r.close()
+    batch = Rollout.concat(parts)
+    assert [w.env_offset for w in batch.witness] == [0, 2]
+    assert {k: v for k, v in boundary_statistics(batch).items() if v != 0} == {}
+    reversed_batch = Rollout.concat(parts[::-1])       # the other order: the records follow their envs
+    assert [w.env_offset for w in reversed_batch.witness] == [0, 3]
+    assert {k: v for k, v in boundary_statistics(reversed_batch).items() if v != 0} == {}
+    # Each record placed at the other part's envs: what those envs did is not what it saw.
+    batch.witness = (dataclasses.replace(batch.witness[0], env_offset=3),
+                     dataclasses.replace(batch.witness[1], env_offset=0))
+    assert boundary_statistics(batch)["inv_boundary_actions"] > 0
