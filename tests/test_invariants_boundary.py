@@ -140,6 +140,19 @@ def test_a_fault_between_env_and_rollout_breaks_exactly_its_statistic(key, tmp_p
     assert broken(rows) == {key.removeprefix("inv_")}, {k: v for k, v in seen.items() if v and max(v) > 0}
 
 
+def test_a_transform_inside_the_runner_is_seen_by_the_witness_below_it(tmp_path, monkeypatch):
+    original = EnvRunner._as_obs
+
+    def scaled(self, obs):                      # the runner's own intake halves what the env emitted
+        return original(self, obs) * np.float32(0.5)
+
+    monkeypatch.setattr(EnvRunner, "_as_obs", scaled)
+    _, run_dir = train_in(config(tmp_path / "run", env_kwargs={"max_episode_steps": 12}), ["test"])
+    rows = rows_of(run_dir)
+    assert min(statistics(rows)["inv_boundary_observations"]) == pytest.approx(0.5)   # |x/2 - x| / |x|
+    assert broken(rows) == {"boundary_observations"}
+
+
 class OffsetCartPole(gym.ObservationWrapper):
     """CartPole whose cart position is reported 10 units further right than its space's bound of 4.8 allows."""
 
