@@ -23,6 +23,7 @@ from pathlib import Path
 import psutil
 
 from rlvitals.actors.rollout import Rollout
+from rlvitals.actors.witness import boundary_statistics
 from rlvitals.telemetry.health import HealthMonitor
 from rlvitals.telemetry.interface import or_null
 from rlvitals.telemetry.invariants import InvariantMonitor
@@ -74,6 +75,8 @@ class Run:
         """Learner steps between that network and the learner's when the batch arrived."""
         self.queue_depth: int | None = None
         self.queue_capacity: int | None = None
+        self.actor_accounts = None
+        """Ray mode: the driver's count of rollouts per actor (rlvitals.distributed.accounting), set by the source."""
         self._process = psutil.Process(os.getpid())
         steps_per_update = self._steps_per_update = cfg.update_epochs * cfg.num_minibatches
         self._checkpoint_every = max(1, cfg.checkpoint_interval // steps_per_update)
@@ -124,6 +127,10 @@ class Run:
         with phase("bookkeeping"):
             learn = self._arrived(rollout)
         stats = self.learner.learn(rollout) if learn else {}
+        with phase("invariants"):
+            stats.update(boundary_statistics(rollout))  # what arrived against the env's raw output
+            if self.actor_accounts is not None:
+                stats.update(self.actor_accounts.take_statistic())
         with phase("bookkeeping"):
             if learn:
                 n = rollout.env_steps
@@ -290,7 +297,8 @@ class Run:
                 self.rows.write(self.row())
         verdicts = self.health.finish()
         summary = {**t.summary(self.net.age, self.cfg.agent), "status": status, **extra,
-                   "nonfinite_batches_skipped": self.guard.skipped, "samples": t.accounting(),
+                   "nonfinite_batches_skipped": self.guard.skipped,
+                   "samples": {**t.accounting(), **extra.get("samples", {})},
                    "judgement": {**t.judgement(), "invariants_broken": dict(self.invariants.broken_at)},
                    "verdicts": {s: sum(v.severity == s for v in verdicts) for s in SEVERITIES}}
         self.archive.write_summary(summary)

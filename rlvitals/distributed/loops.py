@@ -6,6 +6,7 @@ local mode, and from each other, only in where the batch comes from.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,6 +18,7 @@ from ..config import TrainConfig
 from ..parts import env_spaces, seed_everything
 from ..rows import RowObserver
 from ..run import Run, run_info
+from .accounting import ActorAccounts, final_counters
 from .connect import start_ray, stop_ray
 from .fleet import Fleet
 
@@ -26,6 +28,7 @@ class SyncRollouts:
 
     def __init__(self, run: Run, fleet: Fleet):
         self.run, self.fleet, self.ray = run, fleet, fleet.ray
+        self.accounts = run.actor_accounts = ActorAccounts()
 
     def next(self) -> Rollout:
         run, fleet, ray = self.run, self.fleet, self.ray
@@ -40,6 +43,7 @@ class SyncRollouts:
                 task = refs.pop(ready[0])
                 try:
                     rollouts[task[0]] = ray.get(ready[0])
+                    self.accounts.arrived(rollouts[task[0]])
                 except ray.exceptions.RayError as exc:
                     fleet.actor_failed(task, exc)
                     fleet.wait_until_back(task[0])
@@ -51,10 +55,11 @@ class SyncRollouts:
         return batch
 
     def drain(self) -> None:
-        pass  # every round is taken whole
+        # Every round is taken whole: nothing is in flight; the actors' own counts close the accounting.
+        self.accounts.final(final_counters(self.ray, self.fleet.actors, DRAIN_SECONDS))
 
     def summary(self) -> dict:
-        return _summary(self.run.cfg, self.fleet)
+        return _summary(self.run.cfg, self.fleet, self.accounts)
 
 
 class AsyncRollouts:
@@ -75,6 +80,7 @@ class AsyncRollouts:
         run.weights_handed_out()
         self.in_flight: dict = {}
         """object ref of a requested rollout -> task (actor index, generation)."""
+        self.accounts = run.actor_accounts = ActorAccounts()
         self.owed: int | None = None
         self.fetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-fetch")
         self.prefetched: tuple | None = None
@@ -108,6 +114,7 @@ class AsyncRollouts:
                     continue
                 depth = self._prefetch()
             with run.telemetry.phase("bookkeeping"):
+                self.accounts.arrived(rollout)
                 run.queue(depth, self.capacity)
                 if run.net.age - rollout.policy_age > run.cfg.max_staleness:
                     run.drop("stale", rollout.env_steps)
@@ -173,19 +180,29 @@ class AsyncRollouts:
         """Rollouts that actors finished but the learner never took: counted, not silently lost."""
         refs = list(self.in_flight) + ([self.prefetched[0]] if self.prefetched is not None else [])
         self.prefetched = None
+        # Asked behind the requests still pending: once the actors answer, every rollout they will deliver is done.
+        self.accounts.final(final_counters(self.ray, self.fleet.actors, DRAIN_SECONDS))
         for samples in self.fleet.finished_samples(refs):
             self.run.left_in_flight(samples)
+        for ref in self.ray.wait(refs, num_returns=len(refs), timeout=0)[0] if refs else ():
+            with contextlib.suppress(self.ray.exceptions.RayError):
+                self.accounts.left_in_flight(self.ray.get(ref))
 
     def close(self) -> None:
         """Stop the fetching thread (it only ever fetches finished rollouts, so it ends promptly)."""
         self.fetcher.shutdown(wait=True, cancel_futures=True)
 
     def summary(self) -> dict:
-        return _summary(self.run.cfg, self.fleet)
+        return _summary(self.run.cfg, self.fleet, self.accounts)
 
 
-def _summary(cfg: TrainConfig, fleet: Fleet) -> dict:
-    return {"mode": "ray", "num_actors": fleet.num_actors, "sync": cfg.sync, "actor_restarts": fleet.count_restarts()}
+DRAIN_SECONDS = 5.0
+"""How long the end of a run waits for the actors' last rollouts and counters."""
+
+
+def _summary(cfg: TrainConfig, fleet: Fleet, accounts: ActorAccounts) -> dict:
+    return {"mode": "ray", "num_actors": fleet.num_actors, "sync": cfg.sync, "actor_restarts": fleet.count_restarts(),
+            "samples": {"actors": accounts.summary()}}
 
 
 def train_ray(cfg: TrainConfig, archive: RunArchive, telemetry=None, stop=None, resume: dict | None = None,
