@@ -367,21 +367,22 @@ def last_step_of_each_rollout_lost(mp):
 
 
 def env_observations_outside_their_space(mp):
-    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+    from gymnasium.envs.classic_control.cartpole import CartPoleEnv, CartPoleVectorEnv
 
-    shift = torch.tensor([10.0, 0.0, 0.0, 0.0]).numpy()
-    step, reset = CartPoleEnv.step, CartPoleEnv.reset
+    shift = torch.tensor([10.0, 0.0, 0.0, 0.0]).numpy()   # the cart's position, far past its +-4.8 bound
+    for cls in (CartPoleEnv, CartPoleVectorEnv):           # one env, and gymnasium's own vector version
+        step, reset = cls.step, cls.reset
 
-    def shifted_step(self, action):
-        obs, *rest = step(self, action)
-        return (obs + shift).astype(obs.dtype), *rest
+        def shifted_step(self, action, _step=step):
+            obs, *rest = _step(self, action)
+            return (obs + shift).astype(obs.dtype), *rest
 
-    def shifted_reset(self, *args, **kwargs):
-        obs, info = reset(self, *args, **kwargs)
-        return (obs + shift).astype(obs.dtype), info
+        def shifted_reset(self, *args, _reset=reset, **kwargs):
+            obs, info = _reset(self, *args, **kwargs)
+            return (obs + shift).astype(obs.dtype), info
 
-    mp.setattr(CartPoleEnv, "step", shifted_step)
-    mp.setattr(CartPoleEnv, "reset", shifted_reset)
+        mp.setattr(cls, "step", shifted_step)
+        mp.setattr(cls, "reset", shifted_reset)
 
 
 # dataflow: the loss's inputs or gradients are not the batch's
