@@ -4,9 +4,9 @@ Usage: python bench/diagnosis.py [--bugs a,b] [--skip-bugs] [--skip-healthy] [--
                                  [--doctor all|expected|none] [--budget S] [--promtool] [--out PATH]
 
 For each bug of tests/planted_bugs.BUGS:
-- `run` channel: tests/diagnose.diagnose on CartPole-v1 with the bug applied (Ray-mode bugs in Ray
-  mode, from their overrides), stopped at the first warning-or-worse verdict or after `--budget`
-  seconds (default 60). The component named is the first loud verdict's; the seconds are
+- `run` channel: tests/diagnose.diagnose on the bug's env (CartPole-v1 unless it says) with the bug
+  applied (Ray-mode bugs in Ray mode, from their overrides), stopped at the first warning-or-worse
+  verdict or after `--budget` seconds (default 60). The component named is the first loud verdict's; the seconds are
   `Diagnosis.fired_after_s` (run seconds at which it fired: its streak start plus the rule's hold).
 - `doctor` channel (every bug by default; `--doctor expected` only for bugs whose channel is
   `doctor`): rlvitals.doctor.run_doctor with the bug applied. A bug's learning-setting overrides are
@@ -25,8 +25,10 @@ are listed too. `--promtool` also replays each
 healthy run through `promtool test rules` (tests/promparity.py).
 
 Writes a table on stdout and bench/results/diagnosis.json (machine, load average at start and end,
-per-bug rows, healthy runs, summary). Targets (issue 11): >= 90% of bugs pinned on the right component,
-median <= 60 s to the first verdict, 0 false alarms.
+per-bug rows, healthy runs, summary). Targets (issues 11 and 20): >= 90% of bugs pinned on the right
+component, >= 75% by the live channel alone (no doctor), the first right verdict within 10 updates for bugs
+visible from the first batch, median <= 60 s to the first verdict, 0 false alarms, and with --half-speed the
+same verdict (rule, component, update) when env and actor run at half speed.
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ RAY_HEALTHY = [("CartPole-v1", 200_000, {"mode": "ray", "num_actors": 3, "actor_
 several learner steps stale by design and must raise nothing for it."""
 HEALTHY_BUDGET_S = 1800.0
 """Wall-clock cap of one healthy run (it is meant to end on its env steps)."""
-TARGETS = {"pinned_fraction": 0.9, "median_seconds": 60.0, "false_alarms": 0}
+TARGETS = {"pinned_fraction": 0.9, "live_pinned_fraction": 0.75, "median_seconds": 60.0, "false_alarms": 0,
+           "updates_when_visible_from_the_first_batch": 10, "same_verdict_at_half_speed": 1.0}
 LOUD = ("critical", "warning")
 
 
@@ -71,8 +74,8 @@ def unit_run(job: dict) -> dict:
     bug = BY_BUG[job["bug"]]
     with tempfile.TemporaryDirectory(prefix="bench-diagnosis-") as tmp:
         t0 = time.perf_counter()
-        found = diagnose(Path(tmp) / bug.name, env="CartPole-v1", bug=bug, budget_s=job["budget_s"],
-                         stop_on_verdict=True)
+        found = diagnose(Path(tmp) / bug.name, env=bug.env, bug=bug, budget_s=job["budget_s"],
+                         stop_on_verdict=True, slowdown=job.get("slowdown", 1.0))
         wall = time.perf_counter() - t0
     first = found.first
     loud = [v for v in found.verdicts if v.severity in LOUD]
@@ -81,8 +84,9 @@ def unit_run(job: dict) -> dict:
             "message": first.message if first else None,
             "right": first is not None and first.component == bug.component,
             "seconds": None if found.fired_after_s is None else round(found.fired_after_s, 2),
+            "updates": first.first_update if first else None, "env": bug.env, "slowdown": job.get("slowdown", 1.0),
             "wall_s": round(wall, 2), "env_steps": found.summary.get("env_steps"),
-            "updates": found.summary.get("updates"), "status": found.summary.get("status"),
+            "run_updates": found.summary.get("updates"), "status": found.summary.get("status"),
             "rules_fired": sorted({v.rule for v in loud}), "loud": _verdict_dicts(loud),
             "info": sorted({v.rule for v in found.verdicts if v.severity not in LOUD})}
 
@@ -102,7 +106,7 @@ def unit_doctor(job: dict) -> dict:
     import io
 
     import pytest
-    from planted_bugs import BY_BUG
+    from planted_bugs import BY_BUG, plant_in_ray_workers
 
     from rlvitals.doctor import run_doctor
 
@@ -110,6 +114,7 @@ def unit_doctor(job: dict) -> dict:
     request, learning = doctor_request(bug)
     report = io.StringIO()
     t0 = time.perf_counter()
+    plant_in_ray_workers(bug)   # Ray bugs that live in the actors: Ray starts with them planted (ends with us)
     with pytest.MonkeyPatch.context() as mp:
         bug.apply(mp)
         verdicts = run_doctor(request, stream=report)
@@ -207,11 +212,17 @@ def bug_row(bug, results: dict[str, dict]) -> dict:
     wrong = {ch: f"{done[ch]['component']} ({done[ch]['rule']})" for ch in flagged_by if not done[ch]["right"]}
     seconds = min((done[ch]["seconds"] for ch in right_by if done[ch]["seconds"] is not None), default=None)
     expected = done.get(bug.channel)
+    live, slow = done.get("run"), done.get("run_half_speed")
+    same_at_half_speed = None if live is None or slow is None else (
+        (live["rule"], live["component"], live["updates"]) == (slow["rule"], slow["component"], slow["updates"]))
     return {"bug": bug.name, "component": bug.component, "expected_channel": bug.channel, "mode": bug.mode,
             "overrides": bug.overrides, "what": bug.what, "flagged": bool(flagged_by), "flagged_by": flagged_by,
             "pinned": bool(right_by), "pinned_by": right_by, "wrong_components": wrong,
             "pinned_by_expected_channel": bool(expected and expected["flagged"] and expected["right"]),
-            "seconds_to_first_right_verdict": seconds, "channels": results}
+            "seconds_to_first_right_verdict": seconds, "invariant": bug.invariant, "env": bug.env,
+            "live_pinned": bool(live and live["flagged"] and live["right"]),
+            "updates_to_first_right_live_verdict": live["updates"] if live and live["right"] else None,
+            "same_verdict_at_half_speed": same_at_half_speed, "channels": results}
 
 
 def healthy_jobs(seeds: int, promtool: bool) -> list[dict]:
@@ -255,12 +266,26 @@ def summarize(rows: list[dict], healthy: list[dict]) -> dict:
                    if "error" in c] + [f"{h['env']} seed {h['seed']}: {h['error'][:300]}" for h in healthy
                                        if "error" in h],
     }
+    live_updates = [r["updates_to_first_right_live_verdict"] for r in rows
+                    if r["updates_to_first_right_live_verdict"] is not None]
+    compared = [r["same_verdict_at_half_speed"] for r in rows if r["same_verdict_at_half_speed"] is not None]
+    out.update({
+        "live_pinned": sum(r["live_pinned"] for r in rows),
+        "live_pinned_fraction": sum(r["live_pinned"] for r in rows) / n if n else None,
+        "median_updates_to_first_right_live_verdict": statistics.median(live_updates) if live_updates else None,
+        "live_right_within_10_updates": sum(u <= 10 for u in live_updates),
+        "half_speed_compared": len(compared), "same_verdict_at_half_speed": sum(compared),
+        "half_speed_differs": [r["bug"] for r in rows if r["same_verdict_at_half_speed"] is False],
+    })
     out["targets"] = TARGETS
     out["targets_met"] = {
         "pinned_fraction": out["pinned_fraction"] is not None and out["pinned_fraction"] >= TARGETS["pinned_fraction"],
         "median_seconds": out["median_seconds_to_first_right_verdict"] is not None
         and out["median_seconds_to_first_right_verdict"] <= TARGETS["median_seconds"],
         "false_alarms": None if not healthy else (out["false_alarms"] == 0 and not out["healthy_runs_failed"]),
+        "live_pinned_fraction": out["live_pinned_fraction"] is not None
+        and out["live_pinned_fraction"] >= TARGETS["live_pinned_fraction"],
+        "same_verdict_at_half_speed": None if not compared else all(compared),
     }
     return out
 
@@ -299,6 +324,13 @@ def print_table(rows: list[dict], healthy: list[dict], summary: dict) -> None:
     print(f"\npinned on the right component: {s['pinned']}/{s['bugs']} ({frac}; target >= 90%), "
           f"by the expected channel {s['pinned_by_expected_channel']}/{s['bugs']}")
     print(f"median seconds to the first right verdict: {s['median_seconds_to_first_right_verdict']} (target <= 60)")
+    live = "n/a" if s["live_pinned_fraction"] is None else f"{100 * s['live_pinned_fraction']:.0f}%"
+    print(f"pinned by the live channel alone: {s['live_pinned']}/{s['bugs']} ({live}; target >= 75%); median "
+          f"updates to its first right verdict {s['median_updates_to_first_right_live_verdict']}, "
+          f"{s['live_right_within_10_updates']} within 10 updates")
+    if s["half_speed_compared"]:
+        print(f"same verdict at half speed: {s['same_verdict_at_half_speed']}/{s['half_speed_compared']}"
+              + (f" (differs: {', '.join(s['half_speed_differs'])})" if s["half_speed_differs"] else ""))
     if healthy:
         print(f"false alarms on {s['healthy_runs']} healthy runs: {s['false_alarms']} (target 0)")
     if s["conflicting"]:
@@ -319,6 +351,8 @@ def main(argv: list[str] | None = None) -> Path:
                    help="run the doctor for every bug (default), only for doctor-channel bugs, or never")
     p.add_argument("--budget", type=float, default=60.0, help="run-channel budget, seconds (default 60)")
     p.add_argument("--promtool", action="store_true", help="replay healthy runs through promtool test rules")
+    p.add_argument("--half-speed", action="store_true",
+                   help="run each bug's run channel again with env and actor slowed 2x: the verdicts must match")
     p.add_argument("--out", default=str(BENCH / "results" / "diagnosis.json"))
     p.add_argument("--unit", help=argparse.SUPPRESS)
     p.add_argument("--unit-out", help=argparse.SUPPRESS)
@@ -351,6 +385,10 @@ def main(argv: list[str] | None = None) -> Path:
             results["run"] = run_unit({"kind": "run", "bug": bug.name, "budget_s": args.budget},
                                       timeout=args.budget + 240)
             print(f"{bug.name}: run: {_cell(results['run'])}", flush=True)
+            if args.half_speed:
+                results["run_half_speed"] = run_unit({"kind": "run", "bug": bug.name, "budget_s": 2 * args.budget,
+                                                      "slowdown": 2.0}, timeout=2 * args.budget + 240)
+                print(f"{bug.name}: run at half speed: {_cell(results['run_half_speed'])}", flush=True)
         if args.doctor == "all" or (args.doctor == "expected" and bug.channel == "doctor"):
             results["doctor"] = run_unit({"kind": "doctor", "bug": bug.name}, timeout=1200)
             print(f"{bug.name}: doctor: {_cell(results['doctor'])}", flush=True)

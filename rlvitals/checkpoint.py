@@ -48,8 +48,8 @@ def restore_rng(state: dict, net, learner) -> None:
     learner.generator.set_state(state["minibatch"])
 
 
-def save_checkpoint(archive: RunArchive, cfg, net, learner, tracker, telemetry) -> None:
-    """`tracker` and `telemetry` give their own state (`state()`), as plain data."""
+def save_checkpoint(archive: RunArchive, cfg, net, learner, tracker, telemetry, invariants=None) -> None:
+    """`tracker`, `telemetry` and `invariants` (the run's invariant monitor) give their own state, as plain data."""
     archive.save_checkpoint({
         "run_id": archive.run_id,
         "config": cfg.to_dict(),
@@ -62,6 +62,7 @@ def save_checkpoint(archive: RunArchive, cfg, net, learner, tracker, telemetry) 
         "learner_state": learner.extra_state(),  # the run's reward scale and noise-scale averages
         "rng": rng_state(net, learner),
         "telemetry": telemetry.state(),
+        "invariants": invariants.state() if invariants is not None else {},
     }, mean_return=tracker.mean_return())  # judges best.pt
 
 
@@ -75,18 +76,17 @@ def check_resumable(run_dir, state: dict) -> None:
     """
     from pathlib import Path
 
-    import yaml
-
     from .archive import check_not_busy
-    from .config import RETIRED_FIELDS, ConfigError
+    from .config import RETIRED_FIELDS, ConfigError, load_yaml
 
     path = Path(run_dir)
     check_not_busy(path)
     ckpt = path / "checkpoints" / "latest.pt"
     archive = RunArchive(path)
+    saved = load_yaml(path / "config.yaml", what="config.yaml")  # its own one line for a hostile file
     try:
-        run_id, saved = archive.run_id, yaml.safe_load((path / "config.yaml").read_text())
-    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
+        run_id = archive.run_id
+    except (OSError, ValueError, KeyError, TypeError):
         raise ConfigError(f"resume={str(path)!r} is invalid: its meta.json or config.yaml cannot be read; "
                           "expected a run directory written by rlvitals train") from None
     if not isinstance(saved, dict):

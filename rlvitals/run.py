@@ -26,17 +26,22 @@ from rlvitals.actors.rollout import Rollout
 from rlvitals.actors.witness import boundary_statistics
 from rlvitals.telemetry.health import HealthMonitor
 from rlvitals.telemetry.interface import or_null
+from rlvitals.telemetry.invariants import InvariantMonitor
 from rlvitals.telemetry.verdicts import SEVERITIES, print_verdict
 
 from .archive import ArchiveWriteError, RunArchive
 from .checkpoint import restore, save_checkpoint, telemetry_state
 from .config import TrainConfig
+from .evidence import PipelineEvidence
 from .guard import NonFiniteGuard
 from .parts import make_learner, make_network, resolve_device
 from .progress import ProgressLine, Reading
 from .rows import RowObserver, RowWriter
 from .status import COMPLETED, ended_by
 from .tracker import RunTracker
+
+WIRED_STATISTICS = (("inv_weights_as_stamped", "weights_mismatch"), ("inv_learner_sees_actor_data", "logp_discrepancy"))
+"""Invariant statistics that are checks the run already makes under their own keys."""
 
 
 class Run:
@@ -54,6 +59,11 @@ class Run:
         self.health = HealthMonitor(run_id=str(archive.meta.get("run_id", "")),
                                     on_verdict=print_verdict if cfg.progress else None)
         self.rows = RowWriter(archive, [self.health, *observers])
+        # Invariants are judged per update on evidence (telemetry/invariants.py); their state rides in every row.
+        self.invariants = InvariantMonitor()
+        self.evidence = PipelineEvidence()
+        self.judged: dict = {}
+        """The latest `inv_*` statistics and `inv_broken_*` flags (in every row from the first judgement on)."""
         self.progress = ProgressLine(cfg.total_env_steps, enabled=cfg.progress, interval=cfg.log_interval_seconds)
         self.stats: dict = {}
         """The last learn step's statistics ({} when it did not learn)."""
@@ -85,6 +95,7 @@ class Run:
         run = cls(cfg, archive, telemetry, net, learner, device, stop, observers)
         if resume is not None and learner is not None:
             restore(resume, net, learner, run.tracker)
+            run.invariants.load_state(resume.get("invariants", {}))   # a broken invariant stays broken
         return run
 
     # ------------------------------------------------------------- the loop
@@ -109,49 +120,76 @@ class Run:
                 or (self.cfg.stop_at_threshold and self.tracker.solved_after_s is not None))
 
     def learn_step(self, rollout) -> dict:
-        """Everything that happens to a batch that arrived: count, check, learn, record, row, checkpoint."""
+        """Everything that happens to a batch that arrived: count, check, learn, judge, record, row, checkpoint.
+
+        Every part runs in a learner phase (the learner times its own): the phases add up to the loop."""
+        phase = self.telemetry.phase
+        with phase("bookkeeping"):
+            learn = self._arrived(rollout)
+        stats = self.learner.learn(rollout) if learn else {}
+        with phase("invariants"):
+            stats.update(boundary_statistics(rollout))  # what arrived against the env's raw output
+            if self.actor_accounts is not None:
+                stats.update(self.actor_accounts.take_statistic())
+        with phase("bookkeeping"):
+            if learn:
+                n = rollout.env_steps
+                stats["rollouts_alive"] = float(Rollout.alive())  # the batch in hand counts: healthy is small
+                stats["staleness_batches"] = self.staleness / self._steps_per_update
+                mismatch = self.weights_mismatch(rollout)
+                if mismatch is not None:
+                    stats["weights_mismatch"] = mismatch
+                if stats["nonfinite"]:
+                    self.tracker.dropped["nonfinite"] += n
+                else:
+                    self.tracker.learned += n
+                stats.update(self.evidence.learned(n, rollout.policy_age, stats["learner_steps"] > 0,
+                                                   self.queue_capacity, self._process.memory_info().rss,
+                                                   stats["rollouts_alive"]))
+        with phase("invariants"):
+            self.judge(stats, self.tracker.updates + 1)
+        if learn:
+            with phase("telemetry"):
+                self.telemetry.record_learn(stats)  # counts a skipped update's samples as dropped itself
+            with phase("bookkeeping"):
+                self.guard.update_ok(stats, rollout)
+        self.stats = stats
+        self.tracker.updates += 1
+        with phase("rows"):
+            if self.rows.due(self.tracker.updates):
+                self.rows.write(self.row())
+        if self.learner is not None and self.tracker.updates % self._checkpoint_every == 0:
+            with phase("checkpoint"):
+                self.save_checkpoint()
+        with phase("rows"):
+            if self.progress.due():
+                self.progress.update(self.reading())
+        return stats
+
+    def _arrived(self, rollout) -> bool:
+        """Count the batch that arrived; True when the learner should learn from it (learning rate set)."""
         t, n = self.tracker, rollout.env_steps
         t.produced += n
         t.add_rollout(rollout)
         self.policy_age = rollout.policy_age
         self.staleness = self.net.age - rollout.policy_age
-        stats: dict = {}
         if self.learner is None:
             t.learned += n  # probe agents: consumed, nothing to learn
-        elif self._inputs_ok(rollout):
-            if self.cfg.anneal_lr:
-                frac = max(0.0, 1 - t.env_steps / self.cfg.total_env_steps)
-                self.learner.set_learning_rate(self.cfg.learning_rate * frac)
-            stats = self.learner.learn(rollout)
-            stats.update(boundary_statistics(rollout))  # what was learned from against the env's raw output
-            stats.update(self.actor_accounts.take_statistic() if self.actor_accounts is not None else {})
-            stats["rollouts_alive"] = float(Rollout.alive())  # the batch in hand counts: healthy is small
-            stats["staleness_batches"] = self.staleness / self._steps_per_update
-            mismatch = self.weights_mismatch(rollout)
-            if mismatch is not None:
-                stats["weights_mismatch"] = mismatch
-            self.telemetry.record_learn(stats)  # counts a skipped update's samples as dropped itself
-            if stats["nonfinite"]:
-                t.dropped["nonfinite"] += n
-            else:
-                t.learned += n
-            self.guard.update_ok(stats, rollout)
-        self.stats = stats
-        t.updates += 1
-        if self.rows.due(t.updates):
-            self.rows.write(self.row())
-        if self.learner is not None and t.updates % self._checkpoint_every == 0:
-            self.save_checkpoint()
-        if self.progress.due():
-            self.progress.update(self.reading())
-        return stats
+            return False
+        if not self._inputs_ok(rollout):
+            return False
+        if self.cfg.anneal_lr:
+            frac = max(0.0, 1 - t.env_steps / self.cfg.total_env_steps)
+            self.learner.set_learning_rate(self.cfg.learning_rate * frac)
+        return True
 
     def report_idle(self) -> None:
         """Between learn steps that do not come (every batch dropped): a row every few seconds, the progress line."""
-        if self.rows.idle_due():
-            self.rows.write(self.row())
-        if self.progress.due():
-            self.progress.update(self.reading())
+        with self.telemetry.phase("rows"):
+            if self.rows.idle_due():
+                self.rows.write(self.row())
+            if self.progress.due():
+                self.progress.update(self.reading())
 
     def _inputs_ok(self, rollout) -> bool:
         ok = False
@@ -192,18 +230,35 @@ class Run:
         self.tracker.produced += samples
         self.tracker.dropped[reason] += samples
         self.telemetry.record_dropped(reason, samples)
+        if reason == "stale":
+            newly_broken = self.judge(self.evidence.dropped(samples), self.tracker.updates)
+            if newly_broken:  # every batch may be dropped: the verdict must not wait for a timed row
+                self.rows.write(self.row())
 
     def left_in_flight(self, samples: int) -> None:
         """A batch an actor finished that the run ended without taking."""
         self.tracker.produced += samples
         self.tracker.in_flight += samples
 
+    def judge(self, stats: dict, update: int) -> bool:
+        """Add the invariants' verdict flags to `stats` (judged at `update`); True when one broke just now."""
+        before = len(self.invariants.broken_at)
+        for statistic, key in WIRED_STATISTICS:
+            if key in stats:
+                stats[statistic] = stats[key]
+        stats.update(self.invariants.observe(stats, update))
+        self.judged.update({k: v for k, v in stats.items() if k.startswith("inv_") and isinstance(v, float)})
+        if self.learner is not None and not stats.get("updates"):
+            self.telemetry.record_learn(stats)   # judged without an update (a dropped batch, the run's end)
+        return len(self.invariants.broken_at) > before
+
     # ------------------------------------------------------------- records
     def row(self) -> dict:
         """One metrics.jsonl row (docs/architecture.md lists the keys): the batch's statistics, then the run's
         counters and state, which win on a clash. Undefined values are dropped when it is written."""
         t = self.tracker
-        row = {k: v for k, v in self.stats.items() if isinstance(v, float) and not k.startswith("time_")}
+        row = {**self.judged, **{k: v for k, v in self.stats.items()
+                                 if isinstance(v, float) and not k.startswith("time_")}}
         row.update(t.episode_stats())
         row.update({
             "updates": t.updates, "env_steps": t.env_steps, "episodes": t.episodes,
@@ -226,20 +281,25 @@ class Run:
         return Reading(t.env_steps, t.elapsed, t.mean_return(), self.stats, self.net.age)
 
     def save_checkpoint(self) -> None:
-        save_checkpoint(self.archive, self.cfg, self.net, self.learner, self.tracker, self.telemetry)
+        save_checkpoint(self.archive, self.cfg, self.net, self.learner, self.tracker, self.telemetry, self.invariants)
 
     def finish(self, status: str, extra: dict) -> dict:
         """Final checkpoint, last metrics row, summary.json, observers closed: however the run ends."""
         self.progress.finish(self.reading())  # first: what is printed next (a write error) starts on a new line
         t = self.tracker
         if self.learner is not None and t.updates > 0:
-            self.save_checkpoint()
+            with self.telemetry.phase("checkpoint"):
+                self.save_checkpoint()
+        if t.produced > 0 and self.judge({"inv_run_without_updates": float(t.updates == 0)}, t.updates):
+            self.rows.last_updates = None   # a whole-run judgement broke: the last row must carry it
         if self.rows.last_updates != t.updates or self.rows.last_dropped_stale != t.dropped["stale"]:
-            self.rows.write(self.row())
+            with self.telemetry.phase("rows"):
+                self.rows.write(self.row())
         verdicts = self.health.finish()
         summary = {**t.summary(self.net.age, self.cfg.agent), "status": status, **extra,
                    "nonfinite_batches_skipped": self.guard.skipped,
                    "samples": {**t.accounting(), **extra.get("samples", {})},
+                   "judgement": {**t.judgement(), "invariants_broken": dict(self.invariants.broken_at)},
                    "verdicts": {s: sum(v.severity == s for v in verdicts) for s in SEVERITIES}}
         self.archive.write_summary(summary)
         self.rows.close(self.archive.path)

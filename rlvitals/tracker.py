@@ -47,6 +47,8 @@ class RunTracker:
     learned: int = 0
     dropped: dict = field(default_factory=lambda: dict.fromkeys(DROP_REASONS, 0))
     in_flight: int = 0
+    first_returns: list = field(default_factory=list)
+    """Returns of the run's first WINDOW finished episodes: the policy as initialised, near a random agent's."""
 
     @property
     def elapsed(self) -> float:
@@ -62,6 +64,8 @@ class RunTracker:
         returns = rollout.episodes.returns
         finite = np.isfinite(returns)  # a NaN reward's episode has no return
         self.window.extend(returns[finite].tolist())
+        if len(self.first_returns) < WINDOW:
+            self.first_returns.extend(returns[finite].tolist()[: WINDOW - len(self.first_returns)])
         self.lengths.extend(rollout.episodes.lengths[finite].tolist())
         self.successes.extend(rollout.episodes.successes.tolist())
         if (self.return_threshold is not None and self.solved_after_s is None
@@ -90,6 +94,27 @@ class RunTracker:
         return {"produced": self.produced, "learned": self.learned, "dropped": dict(self.dropped),
                 "in_flight": self.in_flight}
 
+    def judgement(self) -> dict:
+        """The whole run in a few numbers: where its samples went, and its return against its start.
+
+        The first episodes are played by the freshly initialised policy, whose action distribution is
+        near uniform: their mean return is the run's own random-agent baseline, on the env as configured.
+        `improvement_z` is (last 100 - first 100) over the standard error of the difference: above 3
+        the run learned, near 0 it learned nothing.
+        """
+        produced = max(self.produced, 1)
+        out = {"dropped_share": round(sum(self.dropped.values()) / produced, 6),
+               "learned_share": round(self.learned / produced, 6),
+               "first_episodes_mean_return": None, "last_100_mean_return": self.mean_return(),
+               "improvement_z": None}
+        if len(self.first_returns) >= 10 and len(self.window) >= 10:
+            first, last = np.asarray(self.first_returns), np.asarray(self.window)
+            out["first_episodes_mean_return"] = float(first.mean())
+            error = float(np.sqrt(first.var() / len(first) + last.var() / len(last)))
+            diff = float(last.mean() - first.mean())
+            out["improvement_z"] = round(diff / error, 3) if error > 0 else (0.0 if diff == 0 else None)
+        return out
+
     def summary(self, learner_steps: int, algorithm: str) -> dict:
         return {
             "algorithm": algorithm, "env_steps": self.env_steps, "episodes": self.episodes,
@@ -106,7 +131,8 @@ class RunTracker:
         return {"env_steps": self.env_steps, "episodes": self.episodes, "updates": self.updates,
                 "window": list(self.window), "lengths": list(self.lengths), "successes": list(self.successes),
                 "elapsed": self.elapsed, "solved_after_s": self.solved_after_s,
-                "solved_at_env_steps": self.solved_at_env_steps, "samples": self.accounting()}
+                "solved_at_env_steps": self.solved_at_env_steps, "samples": self.accounting(),
+                "first_returns": list(self.first_returns)}
 
     def load_state(self, t: dict) -> None:
         """Counters go on from a checkpoint's `state()`; keys older checkpoints lack start empty."""
@@ -114,6 +140,7 @@ class RunTracker:
         self.window.extend(t["window"])
         self.lengths.extend(t.get("lengths", ()))
         self.successes.extend(t.get("successes", ()))
+        self.first_returns = list(t.get("first_returns", ()))
         self.resume_offset = float(t["elapsed"])
         self.solved_after_s, self.solved_at_env_steps = t["solved_after_s"], t["solved_at_env_steps"]
         samples = t.get("samples")

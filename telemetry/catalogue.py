@@ -15,11 +15,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .invariants import INVARIANTS
+
 LEVELS = ("off", "minimal", "standard", "debug")
 KINDS = ("counter", "gauge", "histogram", "info")
 STATS = ("min", "max", "mean", "std")
 
 TIMINGS_NOT_IN_ROWS = "timings differ in every repetition of a run, and rows are reproducible (`wall_seconds` aside)"
+
+INVARIANT_NAMES = tuple(i.name for i in INVARIANTS)
 
 STALENESS_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 # Symmetric, roughly logarithmic: value-like quantities from -1000 to 1000.
@@ -227,12 +231,29 @@ METRICS: tuple[Metric, ...] = (
            "The same discrepancy with the learner reading the neighbouring step's observation. Near 0 here "
            "while the unshifted discrepancy is not: observations are stored one step off their actions.",
            source="logp_discrepancy_shifted"),
+    Metric("rlvitals_invariant_statistic", "gauge", "learner", "standard", "none",
+           "Per update, how far each invariant is from holding (docs/invariants.md): 0 when it holds exactly, "
+           "larger the more it is broken; a sampled check keeps its last value between measurements. Healthy: "
+           "below the invariant's limit on every update.",
+           labels=("invariant",), label_values={"invariant": INVARIANT_NAMES}, source="inv_{invariant}"),
+    Metric("rlvitals_invariant_broken", "gauge", "learner", "standard", "none",
+           "1 once an invariant's statistic has been over its limit for its hold (counted in updates, never "
+           "seconds), and for the rest of the run; else 0. Healthy: 0 for every invariant. The `RLInvariant...` "
+           "alert of the same name fires on it and names the component that owns the invariant.",
+           labels=("invariant",), label_values={"invariant": INVARIANT_NAMES}, source="inv_broken_{invariant}"),
     Metric("rlvitals_learner_phase_seconds_total", "counter", "learner", "standard", "s",
-           "Seconds the learner spent in each phase. rate() gives the fraction of time per phase; a large "
-           "`wait` share means the learner is starved by the actors, a large `publish` share means weight "
-           "broadcasts are too big or too frequent.",
+           "Seconds the learner spent in each phase; the phases cover the whole learner loop, so they add up "
+           "to its wall time. `wait`: fetching and unpacking rollouts (or, local mode, collecting them); "
+           "`transfer`: to the device; `targets`: V-trace targets and the batch's statistics at arrival; "
+           "`forward_backward` and `optimizer` (clipping, steps, running sums): the minibatch steps; "
+           "`statistics`: the update's statistics copied to the host (on a GPU, where queued kernels are "
+           "waited for); `publish`: weights handed to actors; `telemetry`, `rows`, `checkpoint`: recording; "
+           "`bookkeeping`: counting, the non-finite guard, the rest. rate() gives the fraction of time per "
+           "phase; a large `wait` share means the learner is starved by the actors, a large `publish` share "
+           "means weight broadcasts are too big or too frequent.",
            labels=("phase",),
-           label_values={"phase": ("wait", "transfer", "forward_backward", "optimizer", "publish")},
+           label_values={"phase": ("wait", "transfer", "targets", "forward_backward", "optimizer", "statistics",
+                                   "publish", "invariants", "telemetry", "rows", "checkpoint", "bookkeeping")},
            source="time_{phase}", not_in_rows=TIMINGS_NOT_IN_ROWS),
     Metric("rlvitals_learner_value_trace", "gauge", "learner", "debug", "none",
            "Value and reward along one recent trajectory of the batch (fixed length: the rollout). Healthy: "

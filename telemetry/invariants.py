@@ -89,7 +89,10 @@ INVARIANTS: tuple[Invariant, ...] = (
         "mu(.|s) alone. Given everything before it, each draw is independent, so D_i = log mu_i(a_i) + H_i is a "
         "martingale difference sequence and z = sum D_i / sqrt(sum Var_i + n tau^2) is asymptotically standard "
         "normal whatever the states' correlation (tau = 1e-3 nats absorbs float32 rounding of the recorded "
-        "log-probabilities). |z| > 6 has probability 2e-9 per batch; 3 batches in a row are needed."),
+        "log-probabilities). Var: Categorical sum_k p_k (log p_k + H)^2, diagonal Gaussian d/2 (for the "
+        "unsquashed draw the rollout stores; the runner clips only the env's copy). |z| > 6 has probability "
+        "2e-9 per batch under the normal limit; without it, Chebyshev bounds a batch by 1/36 and the 3 batches "
+        "in a row a break needs by 2e-5. Healthy CartPole, Acrobot, Pendulum runs read at most 2.8."),
     Invariant(
         "sampling_frequency", "sampling", "actor", Z_LIMIT, 3,
         "Action frequencies do not match the recorded policies",
@@ -99,7 +102,10 @@ INVARIANTS: tuple[Invariant, ...] = (
         "Discrete actions: for each action k, count_k - sum_i mu_i(k) is a sum of martingale differences with "
         "variance sum_i mu_i(k)(1 - mu_i(k)); continuous actions: for each dimension j, the standardised draws "
         "(a_ij - m_ij) / sigma_ij sum to a martingale with variance n. The statistic is the largest |z| over "
-        "actions or dimensions; with K of them the per-batch false-alarm bound is K x 2e-9."),
+        "actions or dimensions (tau as for sampling_logp in the discrete variance); with K of them the "
+        "per-batch false-alarm bound is K x 2e-9 (Chebyshev: K / 36). Healthy runs read at most 3.1. Argmax "
+        "acting on a policy whose preferred action varies by state keeps the mean frequencies: sampling_logp "
+        "catches it."),
     Invariant(
         "behaviour_record", "sampling", "actor", 1e-3, 2,
         "Stored actions do not belong to their stored log-probabilities",
@@ -161,6 +167,22 @@ INVARIANTS: tuple[Invariant, ...] = (
         "the env breaks its own contract, or a wrapper changed observations without changing the space.",
         "A correct env's observations are members of its observation space; 1% tolerance covers envs whose "
         "declared bounds are loose conventions."),
+    Invariant(
+        "weights_as_stamped", "boundary", "weight-sync", 1e-9, 2,
+        "Actors act with other weights than the network age they report",
+        "The fingerprint of the weights an actor acted with differs from the learner's weights of the network "
+        "age stamped on its rollout: weights are sent under the wrong age (a stale copy published as new), "
+        "received but not loaded, or loaded into a network the actor does not act with.",
+        "Fingerprints are float64 sums of the same parameters; the same weights agree to 1e-12 on any device."),
+    Invariant(
+        "learner_sees_actor_data", "boundary", "preprocessing", 1e-3, 2,
+        "The learner and the actors disagree on the probability of the same action",
+        "On a batch of staleness 0 the learner's network is the one that acted, so its log-probability of each "
+        "behaviour action must be the actor's; it is not, so the learner reads other inputs than the actor did "
+        "(a transform, normalisation or dtype on one side only). When the actor's own record or the rollout's "
+        "observations are also wrong, the invariants of the actor, upstream, say so first.",
+        "Same weights, same observation, same function: equal up to float32 rounding of two batched forward "
+        "passes (1e-5 nats); 1e-3 has no false alarm. Judged only at staleness 0."),
     # ----------------------------------------------------------------- dataflow (returns, policy, value)
     Invariant(
         "returns_recomputed", "dataflow", "returns", 1e-3, 2,
@@ -168,50 +190,77 @@ INVARIANTS: tuple[Invariant, ...] = (
         "The targets and advantages the loss trained on are not what V-trace (GAE when fresh) gives on this "
         "rollout's rewards, episode ends and values with the run's gamma and lambda: the returns code "
         "discounts, bootstraps or cuts episodes wrongly.",
-        "A float64 loop in the paper's notation recomputes the same quantities; float32 recursion error is "
-        "below 1e-5 of the targets' scale, so 1e-3 of it has no false alarm."),
+        "On sampled updates (each of the first 16, then every 8th) a float64 loop in the paper's notation "
+        "(learner/reference_returns.py) recomputes v_s and A_s from the rollout's rewards (after the declared "
+        "reward scaling), episode ends and validity, the learner's values at arrival and its log-rhos against "
+        "the rollout's behaviour log-probabilities. Statistic: the larger of max|v - v_ref| / max|v_ref| and "
+        "max|A - A_ref| / (max|A_ref| + 0.01 max|v_ref|) over the samples the minibatches train on. float32 "
+        "recursion error is below 1e-5 of these scales (healthy runs: at most 2.2e-5), so 1e-3 has no false "
+        "alarm."),
     Invariant(
         "loss_gradient_policy", "dataflow", "policy", 0.05, 2,
         "The policy loss's gradient is not that of the clipped surrogate on this batch's advantages",
         "dL/dlog pi differs from -ratio x advantage / B on the unclipped samples: the policy loss uses other "
         "advantages, ratios or behaviour log-probabilities than the batch's, or another formula.",
-        "Closed form of the clipped surrogate's gradient; float32 error is 1e-6 relative, bfloat16 autocast "
-        "about 1e-2, so 5% has no false alarm."),
+        "On each update's first minibatch the gradient the backward pass left on log pi is compared with the "
+        "closed form -A_i r_i / B where r_i A_i <= clip(r_i) A_i, else 0 (r from the rollout's behaviour "
+        "log-probabilities, A normalised per minibatch as configured): ||g - g_ref|| / ||g_ref||. float32 "
+        "error is 1e-6 relative (healthy runs: at most 3.4e-7), bfloat16 autocast rounds each gradient to "
+        "about 4e-3, so 5% has no false alarm."),
     Invariant(
         "loss_gradient_value", "dataflow", "value", 0.05, 2,
         "The value loss's gradient is not c_v (V - target) / B",
         "The value loss does not pull each value towards its target with the configured coefficient: detached "
         "values, other targets, a wrong sign or scale.",
-        "Closed form of the squared error's gradient; tolerance as for the policy term."),
+        "Closed form c_v (V_i - t_i) / B of the squared error's gradient, compared as for the policy term (1 "
+        "when the values are detached); tolerance as for the policy term."),
     Invariant(
         "loss_gradient_entropy", "dataflow", "policy", 0.05, 2,
         "The entropy term's gradient is not -c_H / B",
         "The entropy bonus enters the loss with another sign or weight than configured.",
-        "Closed form; tolerance as for the policy term."),
+        "Closed form -c_H / B, compared as for the policy term (not measured when entropy_coef is 0), and the "
+        "entropies the loss was given against the closed form of the minibatch's distribution parameters: "
+        "max|H - H_ref| / max(max|H_ref|, 1 nat), float32 rounding 1e-6; the larger of the two counts, so a "
+        "distribution whose entropy is wrong is named even at entropy_coef 0. Tolerance as for the policy "
+        "term."),
     # ----------------------------------------------------------------- optimisation
     Invariant(
         "optimizer_coverage", "optimisation", "optimizer", 0.0, 2,
         "Parameters with a gradient are not stepped by the optimizer",
         "Some parameter received a gradient in this update and did not change (or is not in any optimizer "
         "group): it is frozen by mistake, left out of the optimizer, or its update is undone.",
-        "Adam moves every parameter whose gradient is nonzero (its step is lr x m / (sqrt(v) + eps)); only "
-        "parameters whose gradient is above 1e-6 of the largest are judged, so float rounding of tiny steps "
-        "is not counted. Not judged while the learning rate is 0."),
+        "Count of parameters requiring a gradient that are in no optimizer group, plus those whose gradient "
+        "on the update's first minibatch is above 1e-6 of the largest parameter's and that did not change at "
+        "all over the update. Adam's first step on such a gradient moves it by about lr (lr g / (|g| + eps)), "
+        "far above float32 resolution, and later steps would have to undo it exactly; exact, so no false "
+        "alarm. The 'did not change' part is not judged while the learning rate is 0 (the statistic is then "
+        "the missing count where there is one, else not measured)."),
     Invariant(
-        "gradient_of_loss", "optimisation", "optimizer", 0.05, 2,
+        "gradient_of_loss", "optimisation", "optimizer", 1e-3, 2,
         "The optimizer steps with gradients that are not this minibatch's",
         "The value head's bias gradient differs from sum_i dL/dV_i, which it must equal: gradients from earlier "
         "steps are still in .grad (zero_grad missing or misplaced) or something else writes into them.",
-        "The bias is added to every value, so its gradient is exactly sum_i dL/dV_i; float32 rounds to 1e-7, "
-        "bfloat16 to about 1e-2."),
+        "On sampled updates the first minibatch's .grad of every trainable parameter (before clipping) is "
+        "compared with the loss's gradient recomputed on the same graph (one autograd.grad): ||grad - dL/dw|| "
+        "/ ||dL/dw||. Same operations on the same tensors: healthy runs read 0 (rounding of order 1e-7 at "
+        "most, bfloat16 included), so 1e-3 has no false alarm. A missing zero_grad leaves about max_grad_norm "
+        "of the last clipped step against a gradient norm of 5 to 50: 0.01 to 0.1 here, which the value-bias "
+        "projection exported as gradient_mismatch (limit 0.05 for bfloat16's sake) misses about half the "
+        "time."),
     Invariant(
         "policy_starved", "optimisation", "preprocessing", 1e4, 20,
         "The policy's share of the clipped update is near zero",
         "The gradient is clipped and the policy term's gradient is less than 1/10,000 of the total: a value "
         "loss many orders of magnitude larger than the policy's leaves the policy almost no step. Rewards or "
         "targets are far out of scale: normalise rewards (--normalize-rewards) or check the reward scale.",
-        "Normalised advantages bound the policy term's gradient below by its scale; a ratio of 1e4 sustained "
-        "for 20 updates only happens when value errors are ~1e4 times the advantages' spread.",
+        "On sampled updates, when the first minibatch's gradient is clipped: ||g|| / ||g_policy|| with "
+        "g_policy the gradient of the policy term alone; 0 when not clipped; not measured when g_policy is "
+        "exactly 0 (all samples clipped) or loss_gradient_policy is broken (the term is then not the "
+        "surrogate). Normalised advantages keep the policy term's gradient at its own scale while the value "
+        "term's grows with the targets': the ratio is about 100 to 250 times the reward per step. Healthy "
+        "runs after update 10: CartPole at most 6e2 (median 1.5e2), Acrobot 3.7e2, Pendulum 1.2e3 at gamma "
+        "0.9 and 4.2e3 (median 1.5e3) at gamma 0.99 with raw rewards of -16 a step; rewards x 1e6 read 3e7 "
+        "to 1e8. 1e4 sustained for 20 sampled updates needs value errors ~1e4 times the advantages' spread.",
         severity="warning", after_updates=10),
     # ----------------------------------------------------------------- telemetry
     Invariant(
@@ -220,8 +269,14 @@ INVARIANTS: tuple[Invariant, ...] = (
         "On a sampled batch, a diagnostic the learner exported (residual variance, entropy, KL, clip "
         "fraction, advantage or target statistics) differs from a slow float64 recomputation from the same "
         "tensors: the diagnostic itself is broken (arguments swapped, wrong mask, wrong distribution).",
-        "Both compute the same quantity from the same tensors; float32 against float64 differs by about 1e-6 "
-        "relative."),
+        "On sampled updates, float64 code of its own recomputes residual variance, relative entropy, value, "
+        "target and advantage mean and std, the KL (from the last epoch's minibatch parameters) and the clip "
+        "fraction (every step's) from the same tensors. Statistic: the largest |exported - reference| / "
+        "max(|reference|, floor), floors 0.01 (residual variance, relative entropy), 0.1 (clip fraction), "
+        "1e-3 nats (KL), 1% of |mean| + std (means, stds); undefined on one side only counts 1. float32 "
+        "against float64 differs by about 1e-6 of these (healthy runs: at most 1.6e-5). The clip fraction "
+        "and entropy come from the loss's own parts: they are not held against telemetry on updates where "
+        "loss_gradient_policy or loss_gradient_entropy is broken, which name the fault there."),
     # ----------------------------------------------------------------- pipeline (evidence, not seconds)
     Invariant(
         "samples_dropped", "pipeline", "weight-sync", 0.5, 8,
@@ -245,6 +300,27 @@ INVARIANTS: tuple[Invariant, ...] = (
         "more than 64 MiB in all: something keeps every rollout, batch or tensor it sees.",
         "A correct run's memory is flat once its buffers exist; one-off allocations do not grow in both halves.",
         severity="warning"),
+    Invariant(
+        "rollouts_retained", "pipeline", "memory", 0.0, 16,
+        "Rollouts pile up in the learner's memory",
+        "The learner process holds more rollouts than its queues, the batch in hand and one arriving can "
+        "account for, update after update: something keeps batches after learning from them (a list of past "
+        "rollouts, a replay buffer without a limit, tensors referenced from logged statistics).",
+        "Queues are bounded by their capacity; a correct learner frees each batch after its update, so the "
+        "rollouts alive never exceed capacity + 4. The count is exact; 16 updates in a row rule out a burst."),
+    Invariant(
+        "actor_accounting", "pipeline", "actor", 0.0, 1,
+        "The learner received more rollouts from an actor than that actor produced",
+        "Ray mode: the driver counts more rollouts from an actor incarnation than the actor's own counters say "
+        "it produced when it delivered them: rollouts are received twice or credited to the wrong actor.",
+        "Each rollout carries its actor's counters as they were when it was delivered, and they count it, so a "
+        "correct pipeline never receives more than was produced. Exact counts: no false alarm."),
+    Invariant(
+        "run_without_updates", "pipeline", "throughput", 0.0, 1,
+        "The run ended without a single update",
+        "Env steps were taken, but the learner never learned from a batch: every batch was dropped or none "
+        "arrived. Look at the drop counts in summary.json, the actors' logs and the learner's phase times.",
+        "Judged once, when the run ends: a correct run that took env steps learned from at least one batch."),
 )
 
 BY_NAME: dict[str, Invariant] = {i.name: i for i in INVARIANTS}

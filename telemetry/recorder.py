@@ -189,7 +189,7 @@ class Recorder:
             stats = dict(stats)
             if self.collected:
                 stats["training_intensity"] = self.learned / self.collected
-            if "rlvitals_learner_sample_staleness_steps" in self.enabled:
+            if "rlvitals_learner_sample_staleness_steps" in self.enabled and "staleness" in stats:
                 self.histograms["rlvitals_learner_sample_staleness_steps"].observe(stats["staleness"],
                                                                                     stats.get("samples", 0.0))
             for name, pairs in self._sources.items():

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .catalogue import METRICS, Metric
+from .invariants import INVARIANTS, Invariant
 from .promexpr import Abs, AvgOverTime, Bin, Delta, Expr, Num, Series
 from .verdicts import COMPONENTS, SEVERITIES
 
@@ -355,11 +356,6 @@ RULES: tuple[Rule, ...] = (
          "Steps per second halved and stayed there: something accumulates (memory, log files, queues) or a "
          "node slowed down. Compare the actors' phase times and memory.", after_updates=100),
     # ------------------------------------------------------------------ live only
-    Rule("RLComponentDown", Live('up{component=~"local|learner|actor|node"} == 0', ("up",)), 120, "fast",
-         "critical", "throughput",
-         "A {{ $labels.component }} process of run {{ $labels.run_id }} is down",
-         "Prometheus cannot scrape a process that announced itself: it crashed, hangs, or its node is gone. "
-         "Discovery files of processes that ended are removed, so a down target is a live problem."),
     Rule("RLActorRestartingRepeatedly",
          Live("increase(rlvitals_actor_restarts_total[30m]) > 2", ("rlvitals_actor_restarts_total",)), 0,
          "slow", "warning", "actor",
@@ -374,6 +370,23 @@ RULES: tuple[Rule, ...] = (
          "The next allocation may fail. Compare torch's allocated and reserved memory: reserved >> "
          "allocated means the caching allocator, not your tensors."),
 )
+
+
+
+def invariant_rule(inv: Invariant) -> Rule:
+    """The rule of an invariant: it fires as soon as the run's monitor counts the invariant as broken.
+
+    The hold is counted in updates by the monitor (telemetry.invariants), so the rule itself waits for nothing.
+    """
+    return Rule(inv.rule_name, S(inv.broken_key) > 0, 0, "fast", inv.severity, inv.component,
+                inv.summary + " in run {{ $labels.run_id }}", inv.check)
+
+
+RULES = RULES + tuple(invariant_rule(inv) for inv in INVARIANTS)
+
+from .fleet_rules import fleet_rules  # noqa: E402  (one alert per run however many processes: RLComponentDown too)
+
+RULES += fleet_rules()
 
 BY_RULE: dict[str, Rule] = {r.name: r for r in RULES}
 

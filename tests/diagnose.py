@@ -1,18 +1,21 @@
 """Run a planted bug (or none) on a real env and collect what the health rules said, and when.
 
 Shared by tests/test_diagnosis.py and bench/diagnosis.py. A run stops as soon
-as a warning-or-worse verdict fires (the diagnosis is in), or after its time
-budget of run seconds.
+as a warning-or-worse verdict fires (the diagnosis is in), or once `until`
+says the event a test waits for has happened, or after its time budget of run
+seconds: in a test, an upper bound that only a hung run reaches.
 """
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from planted_bugs import PlantedBug
+from planted_bugs import PlantedBug, plant_in_ray_workers
 
 from rlvitals.config import TrainConfig
 from rlvitals.run import train_in
@@ -45,24 +48,56 @@ def fire_time(v: Verdict) -> float:
     return (v.first_seconds or 0.0) + BY_RULE[v.rule].hold_seconds if v.rule in BY_RULE else (v.first_seconds or 0)
 
 
+def slow_down(mp: pytest.MonkeyPatch, factor: float) -> None:
+    """Every collection takes `factor` times as long: the env and the actor slowed alike, as on a slower machine."""
+    from rlvitals.actors.runner import EnvRunner
+
+    original = EnvRunner.collect
+
+    @functools.wraps(original)
+    def collect(self, policy, num_steps):
+        started = time.perf_counter()
+        rollout = original(self, policy, num_steps)
+        time.sleep((factor - 1) * (time.perf_counter() - started))
+        return rollout
+
+    mp.setattr(EnvRunner, "collect", collect)
+
+
 def diagnose(run_dir: Path, env: str = "CartPole-v1", bug: PlantedBug | None = None, budget_s: float = 60.0,
-             stop_on_verdict: bool = True, seed: int = 0, **overrides) -> Diagnosis:
+             stop_on_verdict: bool = True, seed: int = 0, slowdown: float = 1.0,
+             until: Callable[[list[dict], list[Verdict]], bool] | None = None, **overrides) -> Diagnosis:
+    """`until(rows, loud)`: stop once true, given the rows written so far and the loud verdicts fired so far.
+    `slowdown`: every collection takes that many times as long (a slower machine)."""
     loud: list[Verdict] = []
+    rows: list[dict] = []
 
     started = time.monotonic()
 
     def stop() -> bool:
-        return (stop_on_verdict and bool(loud)) or time.monotonic() - started > budget_s
+        return ((stop_on_verdict and bool(loud)) or (until is not None and until(rows, loud))
+                or time.monotonic() - started > budget_s)
 
+    if bug is not None and env == "CartPole-v1":
+        env = bug.env   # the env the bug was designed on (a continuous-action one for some)
     cfg_fields = {"env": env, "seed": seed, "run_dir": str(run_dir), "progress": False, "verbosity": "off",
                   "total_env_steps": 10_000_000, **(bug.overrides if bug else {}), **overrides}
     cfg = TrainConfig(**cfg_fields).validate()
 
     monitor_hook = _LoudHook(loud)
-    with pytest.MonkeyPatch.context() as mp:
-        if bug is not None:
-            bug.apply(mp)
-        summary, path = train_in(cfg, ["diagnose"], stop=stop, observers=[monitor_hook])
+    owns_ray = plant_in_ray_workers(bug) if bug is not None else False
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            if slowdown != 1.0:
+                slow_down(mp, slowdown)
+            if bug is not None:
+                bug.apply(mp)
+            summary, path = train_in(cfg, ["diagnose"], stop=stop, observers=[monitor_hook, rows.append])
+    finally:
+        if owns_ray:
+            import ray
+
+            ray.shutdown()
     verdicts = read_verdicts(path / "verdicts.json")
     loud_verdicts = [v for v in verdicts if v.severity in LOUD]
     fired = min((fire_time(v) for v in loud_verdicts), default=None)

@@ -7,14 +7,26 @@ heads, the optimizer, weight publishing. `tests/test_diagnosis.py` runs a
 representative subset; `bench/diagnosis.py` runs every bug and tabulates which
 channel caught it, the component named and the seconds to the first verdict.
 
-Channels: `run` = the health rules evaluated live on a CartPole run's rows
-(fast rules and the actor-learner consistency check); `doctor` = the probe
-ladder (`rlvitals doctor`), for bugs a healthy-looking CartPole curve hides.
+Channels: `run` = the health rules evaluated live on a run's rows (the
+invariants and the fast rules); `doctor` = the probe ladder (`rlvitals
+doctor`), for bugs a healthy-looking CartPole curve hides.
+
+This is the one library of planted bugs: the run-channel tests
+(tests/test_diagnosis.py), the doctor's tests (tests/test_doctor.py), the
+invariants' tests and the bench (bench/diagnosis.py) all take their bugs from
+here. `LAST_ROUND` are the bugs the rules were first built from; `INVARIANT_BUGS`
+were designed afterwards from the complement of each invariant
+(telemetry/invariants.py): each breaks one property a correct run keeps.
+
+A bug with `in_actors` must also run inside Ray's actor processes, which a
+monkeypatch in this process does not reach: `plant_in_ray_workers` starts Ray
+with a worker set-up hook (`plant_from_env`) that applies it there as well.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -34,6 +46,13 @@ class PlantedBug:
     """Config fields of the run (a user's settings that expose the bug)."""
     mode: str = "local"
     what: str = ""
+    env: str = "CartPole-v1"
+    in_actors: bool = False
+    """Ray mode: the bug lives in the actors' processes (planted there through Ray's worker set-up hook)."""
+    invariant: str = ""
+    """The invariant the bug was designed to break (INVARIANT_BUGS), '' for the earlier ones."""
+    doctor_rule: str = ""
+    """The doctor rule expected where the doctor's tests pin it on a rule too."""
 
 
 def _after_collect(mp: pytest.MonkeyPatch, change: Callable) -> None:
@@ -77,7 +96,7 @@ def _wrap_loss(mp: pytest.MonkeyPatch, change: Callable) -> None:
 # ---------------------------------------------------------------- the bugs
 
 
-def truncation_as_termination(mp):
+def truncation_stored_as_termination(mp):
     def change(r):
         r.terminated = r.terminated | r.truncated
 
@@ -227,9 +246,297 @@ def no_bug(mp):
     pass
 
 
+# ---------------------------------------------------------------- the doctor's variants (same idea, other seam)
+
+
+def learning_rate_100x_in_the_step(mp):
+    """The optimizer steps 100 times too far while the config says otherwise (a unit slip in a scheduler)."""
+    class Adam(torch.optim.Adam):
+        def step(self, closure=None):
+            for group in self.param_groups:
+                group["lr"] *= 100
+            try:
+                return super().step(closure)
+            finally:
+                for group in self.param_groups:
+                    group["lr"] /= 100
+
+    mp.setattr(torch.optim, "Adam", Adam)
+
+
+def preprocessing_in_the_learner_only(mp):
+    import dataclasses
+
+    from rlvitals.learner.ppo import PPOLearner
+
+    original = PPOLearner.learn
+
+    def learn(self, rollout):                       # the classic: /255 applied where the actor never did
+        return original(self, dataclasses.replace(rollout, obs=rollout.obs / 255.0))
+
+    mp.setattr(PPOLearner, "learn", learn)
+
+
+def truncation_as_termination_in_returns(mp):
+    def change(values, next_values, rewards, terminated, done, log_rhos, gamma, lam, rho, c, valid):
+        return values, next_values, rewards, done, done, log_rhos, gamma, lam, rho, c, valid
+
+    _wrap_vtrace(mp, change)
+
+
+def entropy_of_the_distribution_negated(mp):
+    from rlvitals.learner.networks import Categorical
+
+    original = Categorical.entropy
+    mp.setattr(Categorical, "entropy", lambda self, params: -original(self, params))
+
+
+# ---------------------------------------------------------------- designed from the invariants' complements
+# sampling: the actor's draws are not from the distribution it records
+
+
+def _sampler(mp, cls_name: str, draw: Callable) -> None:
+    from rlvitals.learner import networks
+
+    cls = getattr(networks, cls_name)
+
+    def sample(self, params, generator):
+        actions = draw(self, params, generator)
+        return actions, self.log_prob(params, actions)
+
+    mp.setattr(cls, "sample", sample)
+
+
+def actor_acts_greedily(mp):
+    _sampler(mp, "Categorical", lambda self, params, g: params.argmax(-1))
+
+
+def actor_prefers_the_first_action(mp):
+    def draw(self, params, g):
+        actions = torch.multinomial(torch.softmax(params, -1), 1, generator=g).squeeze(-1)
+        coin = torch.rand(actions.shape, generator=g) < 0.25
+        return torch.where(coin, torch.zeros_like(actions), actions)
+
+    _sampler(mp, "Categorical", draw)
+
+
+def actor_noise_twice_the_policy_std(mp):
+    def draw(self, params, g):
+        mean, log_std = self._split(params)
+        return mean + 2 * log_std.exp() * torch.randn(mean.shape, generator=g, dtype=mean.dtype)
+
+    _sampler(mp, "DiagGaussian", draw)
+
+
+def actor_stores_clipped_actions(mp):
+    # The env gets the clipped action either way; storing the clipped one breaks its recorded log-probability.
+    def change(r):
+        r.actions = r.actions.clamp(-0.5, 0.5)
+
+    _after_collect(mp, change)
+
+
+# boundary: what the learner gets is not what the env emitted
+
+
+def reset_steps_marked_valid(mp):
+    def change(r):
+        r.valid = torch.ones_like(r.valid)
+        r.valid_count = int(r.valid.sum())
+
+    _after_collect(mp, change)
+
+
+def rewards_clipped_by_the_actor(mp):
+    def change(r):
+        r.rewards = r.rewards.clamp(-1.0, 1.0)      # Pendulum's rewards reach -16: most are changed
+
+    _after_collect(mp, change)
+
+
+def last_step_of_each_rollout_lost(mp):
+    def change(r):
+        for name in ("actions", "rewards", "terminated", "truncated", "valid", "behaviour_params", "behaviour_logp"):
+            setattr(r, name, getattr(r, name)[:-1])
+        r.obs = r.obs[:-1]
+        if r.discounted_returns is not None:
+            r.discounted_returns = r.discounted_returns[:-1]
+        r.valid_count = int(r.valid.sum())
+
+    _after_collect(mp, change)
+
+
+def env_observations_outside_their_space(mp):
+    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+    shift = torch.tensor([10.0, 0.0, 0.0, 0.0]).numpy()
+    step, reset = CartPoleEnv.step, CartPoleEnv.reset
+
+    def shifted_step(self, action):
+        obs, *rest = step(self, action)
+        return (obs + shift).astype(obs.dtype), *rest
+
+    def shifted_reset(self, *args, **kwargs):
+        obs, info = reset(self, *args, **kwargs)
+        return (obs + shift).astype(obs.dtype), info
+
+    mp.setattr(CartPoleEnv, "step", shifted_step)
+    mp.setattr(CartPoleEnv, "reset", shifted_reset)
+
+
+# dataflow: the loss's inputs or gradients are not the batch's
+
+
+def lambda_used_as_gamma(mp):
+    def change(values, next_values, rewards, terminated, done, log_rhos, gamma, lam, rho, c, valid):
+        return values, next_values, rewards, terminated, done, log_rhos, lam, lam, rho, c, valid
+
+    _wrap_vtrace(mp, change)
+
+
+def bootstrap_from_the_current_state(mp):
+    def change(values, next_values, rewards, terminated, done, log_rhos, gamma, lam, rho, c, valid):
+        return values, values, rewards, terminated, done, log_rhos, gamma, lam, rho, c, valid
+
+    _wrap_vtrace(mp, change)
+
+
+def policy_trained_on_value_targets(mp):
+    _wrap_loss(mp, lambda logp, blogp, v, adv, tgt, ent, s: (logp, blogp, v, tgt, tgt, ent, s))
+
+
+def value_coefficient_applied_twice(mp):
+    from rlvitals.learner import ppo
+
+    original = ppo.ppo_loss
+
+    def ppo_loss(logp, behaviour_logp, values, advantages, value_targets, entropy, s):
+        loss, parts = original(logp, behaviour_logp, values, advantages, value_targets, entropy, s)
+        return loss + (s.value_coef * s.value_coef - s.value_coef) * parts["value_loss"], parts
+
+    mp.setattr(ppo, "ppo_loss", ppo_loss)
+
+
+# optimisation: a parameter with a gradient that the optimizer does not step
+
+
+def value_head_left_out_of_the_optimizer(mp):
+    from rlvitals.learner.ppo import PPOLearner
+
+    original = PPOLearner.__init__
+
+    def init(self, net, settings, *args, **kwargs):
+        original(self, net, settings, *args, **kwargs)
+        value = {id(p) for p in net.heads()["value"]}
+        self.optimizer = torch.optim.Adam([p for p in net.parameters() if id(p) not in value],
+                                          lr=settings.learning_rate, eps=1e-5)
+
+    mp.setattr(PPOLearner, "__init__", init)
+
+
+def gradients_zeroed_by_the_clip(mp):
+    original = torch.nn.utils.clip_grad_norm_
+
+    def clip_grad_norm_(parameters, max_norm, *args, **kwargs):
+        parameters = list(parameters)
+        norm = original(parameters, max_norm, *args, **kwargs)
+        for p in parameters:
+            if p.grad is not None:
+                p.grad.zero_()                           # "clipped" to nothing: the step moves nothing
+        return norm
+
+    mp.setattr(torch.nn.utils, "clip_grad_norm_", clip_grad_norm_)
+
+
+# telemetry: a diagnostic that is itself wrong
+
+
+def residual_variance_arguments_swapped(mp):
+    from rlvitals.learner import diagnostics
+
+    original = diagnostics.residual_variance
+    mp.setattr(diagnostics, "residual_variance",
+               lambda targets, values, mask, min_std=0.0: original(values, targets, mask, min_std))
+
+
+def clip_fraction_reported_inverted(mp):
+    from rlvitals.learner import ppo
+
+    original = ppo.ppo_loss
+
+    def ppo_loss(*args):
+        loss, parts = original(*args)
+        return loss, {**parts, "clip_fraction": 1 - parts["clip_fraction"]}
+
+    mp.setattr(ppo, "ppo_loss", ppo_loss)
+
+
+# pipeline: memory, weights, accounting
+
+
+GRAPHS: list = []
+
+
+def learner_keeps_every_loss_graph(mp):
+    from rlvitals.learner import ppo
+
+    GRAPHS.clear()
+    original = ppo.ppo_loss
+
+    def ppo_loss(*args):
+        loss, parts = original(*args)
+        GRAPHS.append((loss, args))                # the loss with its graph, and the minibatch it came from
+        return loss, parts
+
+    mp.setattr(ppo, "ppo_loss", ppo_loss)
+
+
+def weights_one_age_behind(mp):
+    from rlvitals.distributed.fleet import Fleet
+
+    original = Fleet.publish
+
+    def publish(self, net):
+        # The parameters of the previous publication go out stamped with the new age (a buffer swapped late).
+        state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
+        previous = getattr(self, "_planted_previous", state)
+        self._planted_previous = state
+        sent = {**state, **{k: previous[k] for k, _ in net.named_parameters()}}
+        refs, age = original(self, net)
+        return [self.ray.put(sent)], age
+
+    mp.setattr(Fleet, "publish", publish)
+
+
+# ---------------------------------------------------------------- planting inside Ray's actor processes
+PLANT_ENV = "RLVITALS_PLANTED_BUG"
+
+
+def plant_from_env() -> None:
+    """Ray worker set-up hook: apply the bug named in the environment for the life of this worker process."""
+    name = os.environ.get(PLANT_ENV)
+    if name:
+        BY_BUG[name].apply(pytest.MonkeyPatch())
+
+
+def plant_in_ray_workers(bug: PlantedBug) -> bool:
+    """Start a private Ray whose workers run `bug` too (True: started here, the caller shuts it down)."""
+    if not bug.in_actors:
+        return False
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")   # loopback only, as rlvitals starts it
+    import ray
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
+    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, configure_logging=False,
+             runtime_env={"worker_process_setup_hook": "planted_bugs.plant_from_env",
+                          "env_vars": {PLANT_ENV: bug.name, "PYTHONPATH": path}})
+    return True
+
+
 BUGS: tuple[PlantedBug, ...] = (
-    PlantedBug("truncation_as_termination", "returns", "doctor", truncation_as_termination,
-               what="time-limit truncation stored as termination: no bootstrap at the limit"),
+    PlantedBug("truncation_as_termination", "returns", "doctor", truncation_as_termination_in_returns,
+               what="the returns treat time-limit truncation as termination: no bootstrap at the limit"),
     PlantedBug("advantage_carry_not_reset", "returns", "doctor", advantage_carry_not_reset,
                what="GAE/V-trace recursion not cut at episode boundaries"),
     PlantedBug("rewards_one_step_late", "actor", "doctor", rewards_one_step_late,
@@ -270,5 +577,77 @@ BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("rollouts_kept_forever", "memory", "run", rollouts_kept_forever,
                what="every rollout appended to a list that is never cleared"),
 )
+
+LAST_ROUND = BUGS
+
+RAY = {"mode": "ray", "num_actors": 2, "torch_threads": 1}
+PENDULUM = "Pendulum-v1"
+
+INVARIANT_BUGS: tuple[PlantedBug, ...] = (
+    PlantedBug("actor_acts_greedily", "actor", "run", actor_acts_greedily, invariant="sampling_logp",
+               what="the actor acts by argmax and records the policy's log-probability of it"),
+    PlantedBug("actor_prefers_the_first_action", "actor", "run", actor_prefers_the_first_action,
+               invariant="sampling_frequency", what="a quarter of the draws replaced by action 0"),
+    PlantedBug("actor_noise_twice_the_policy_std", "actor", "run", actor_noise_twice_the_policy_std,
+               env=PENDULUM, invariant="sampling_logp",
+               what="continuous actions drawn with twice the recorded standard deviation"),
+    PlantedBug("actor_stores_clipped_actions", "actor", "run", actor_stores_clipped_actions, env=PENDULUM,
+               invariant="behaviour_record", what="the stored action is clipped, its log-probability is not"),
+    PlantedBug("reset_steps_marked_valid", "actor", "run", reset_steps_marked_valid, invariant="boundary_resets",
+               what="NEXT_STEP reset transitions stored as valid steps"),
+    PlantedBug("rewards_clipped_by_the_actor", "actor", "run", rewards_clipped_by_the_actor, env=PENDULUM,
+               invariant="boundary_rewards", what="rewards clipped to [-1, 1] before storing"),
+    PlantedBug("last_step_of_each_rollout_lost", "actor", "run", last_step_of_each_rollout_lost,
+               invariant="boundary_step_count", what="each rollout loses its last step"),
+    PlantedBug("truncation_stored_as_termination", "actor", "run", truncation_stored_as_termination,
+               invariant="boundary_episode_ends",
+               what="the actor stores time-limit truncations as terminations"),
+    PlantedBug("env_observations_outside_their_space", "env", "run", env_observations_outside_their_space,
+               invariant="observation_space", what="the env's cart position shifted outside its declared bounds"),
+    PlantedBug("lambda_used_as_gamma", "returns", "run", lambda_used_as_gamma, invariant="returns_recomputed",
+               what="GAE's lambda passed where gamma belongs"),
+    PlantedBug("bootstrap_from_the_current_state", "returns", "run", bootstrap_from_the_current_state,
+               invariant="returns_recomputed", what="targets bootstrap from V(s_t) instead of V(s_t+1)"),
+    PlantedBug("policy_trained_on_value_targets", "policy", "run", policy_trained_on_value_targets,
+               invariant="loss_gradient_policy", what="the surrogate is given value targets for advantages"),
+    PlantedBug("value_coefficient_applied_twice", "value", "run", value_coefficient_applied_twice,
+               invariant="loss_gradient_value", what="the value loss weighted by c_v squared"),
+    PlantedBug("value_head_left_out_of_the_optimizer", "optimizer", "run", value_head_left_out_of_the_optimizer,
+               invariant="optimizer_coverage", what="the optimizer is built without the value head's parameters"),
+    PlantedBug("gradients_zeroed_by_the_clip", "optimizer", "run", gradients_zeroed_by_the_clip,
+               invariant="optimizer_coverage", what="gradient clipping zeroes the gradients it should scale"),
+    PlantedBug("residual_variance_arguments_swapped", "telemetry", "run", residual_variance_arguments_swapped,
+               invariant="telemetry_recomputed", what="residual variance computed as Var(v - t) / Var(v)"),
+    PlantedBug("clip_fraction_reported_inverted", "telemetry", "run", clip_fraction_reported_inverted,
+               invariant="telemetry_recomputed", what="the clip fraction exported as 1 - the clip fraction"),
+    PlantedBug("learner_keeps_every_loss_graph", "memory", "run", learner_keeps_every_loss_graph,
+               invariant="memory_per_sample", what="every minibatch loss kept with its graph"),
+    PlantedBug("value_coefficient_applied_twice_pendulum", "value", "run", value_coefficient_applied_twice,
+               env=PENDULUM, invariant="loss_gradient_value", what="as value_coefficient_applied_twice, on Pendulum"),
+    PlantedBug("ray_actor_acts_greedily", "actor", "run", actor_acts_greedily, overrides=RAY, mode="ray",
+               in_actors=True, invariant="sampling_logp", what="Ray actors act by argmax"),
+    PlantedBug("ray_reset_steps_marked_valid", "actor", "run", reset_steps_marked_valid, overrides=RAY, mode="ray",
+               in_actors=True, invariant="boundary_resets", what="Ray actors store reset transitions as valid"),
+    PlantedBug("ray_rewards_one_step_late", "actor", "run", rewards_one_step_late, overrides=RAY, mode="ray",
+               in_actors=True, invariant="boundary_rewards", what="Ray actors store each reward a step late"),
+    PlantedBug("ray_weights_one_age_behind", "weight-sync", "run", weights_one_age_behind, overrides=RAY,
+               mode="ray", invariant="weights_as_stamped",
+               what="each publication carries the previous parameters under the new age"),
+    PlantedBug("ray_value_head_left_out_of_the_optimizer", "optimizer", "run", value_head_left_out_of_the_optimizer,
+               overrides=RAY, mode="ray", invariant="optimizer_coverage",
+               what="Ray mode: the learner's optimizer misses the value head"),
+)
+
+DOCTOR_BUGS: tuple[PlantedBug, ...] = (
+    # Where the doctor's tests plant a bug at another seam than the run channel's bug of the same idea.
+    PlantedBug("learning_rate_100x_in_the_step", "optimizer", "doctor", learning_rate_100x_in_the_step,
+               what="the optimizer steps 100x the configured learning rate"),
+    PlantedBug("preprocessing_in_the_learner_only", "preprocessing", "doctor", preprocessing_in_the_learner_only,
+               what="observations divided by 255 in the learner only"),
+    PlantedBug("entropy_of_the_distribution_negated", "policy", "doctor", entropy_of_the_distribution_negated,
+               what="the distribution's entropy negated (the bonus becomes a penalty)"),
+)
+
+BUGS = LAST_ROUND + INVARIANT_BUGS + DOCTOR_BUGS
 
 BY_BUG = {b.name: b for b in BUGS}

@@ -10,7 +10,6 @@ bad input. Ladder runs take about 20 s of one core each.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import os
 import secrets
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from planted_bugs import BY_BUG
 
 from rlvitals.actors.probes import PROBES
 from rlvitals.doctor import DoctorRequest, infer, render_table, run_doctor
@@ -32,125 +32,19 @@ ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "rlvitals.cli"]
 
 
-# ---------------------------------------------------------------- planted bugs
-def _wrap(mp: pytest.MonkeyPatch, owner, name: str, make):
-    mp.setattr(owner, name, make(getattr(owner, name)))
-
-
-def _after_collect(mp, change):
-    """Change every rollout as it leaves the env runner: what the actor stored."""
-    from rlvitals.actors.runner import EnvRunner
-
-    def make(original):
-        def collect(self, policy, num_steps):
-            rollout = original(self, policy, num_steps)
-            change(rollout)
-            return rollout
-        return collect
-
-    _wrap(mp, EnvRunner, "collect", make)
-
-
-def _vtrace_with(mp, **changes):
-    """The learner's return computation with some arguments replaced (by name)."""
-    from rlvitals.learner import ppo
-
-    def make(original):
-        signature = inspect.signature(original)
-
-        def vtrace(*args, **kwargs):
-            bound = signature.bind(*args, **kwargs)
-            for key, change in changes.items():
-                bound.arguments[key] = change(bound.arguments)
-            return original(*bound.args, **bound.kwargs)
-        return vtrace
-
-    _wrap(mp, ppo, "vtrace", make)
-
-
-def learning_rate_100x(mp):
-    class Adam(torch.optim.Adam):
-        def step(self, closure=None):
-            for group in self.param_groups:
-                group["lr"] *= 100
-            try:
-                return super().step(closure)
-            finally:
-                for group in self.param_groups:
-                    group["lr"] /= 100
-
-    mp.setattr(torch.optim, "Adam", Adam)
-
-
-def optimizer_state_reset_every_step(mp):
-    def make(original):
-        def step(self, *args, **kwargs):
-            out = original(self, *args, **kwargs)
-            self.state.clear()                  # Adam's moments forgotten: every step is its first
-            return out
-        return step
-
-    _wrap(mp, torch.optim.Adam, "step", make)
-
-
-def preprocessing_in_the_learner_only(mp):
-    from rlvitals.learner.ppo import PPOLearner
-
-    def make(original):
-        def learn(self, rollout):               # the classic: /255 applied where the actor never did
-            return original(self, dataclasses.replace(rollout, obs=rollout.obs / 255.0))
-        return learn
-
-    _wrap(mp, PPOLearner, "learn", make)
-
-
-def observations_paired_with_the_next_step(mp):
-    def change(rollout):                        # obs[t] := obs[t+1]: stored after the step, not before it
-        rollout.obs = torch.cat([rollout.obs[1:], rollout.obs[-1:]])
-
-    _after_collect(mp, change)
-
-
-def rewards_one_step_late(mp):
-    def change(rollout):
-        rollout.rewards = torch.roll(rollout.rewards, 1, dims=0)
-
-    _after_collect(mp, change)
-
-
-def discount_ignored(mp):
-    _vtrace_with(mp, gamma=lambda a: 1.0)
-
-
-def truncation_as_termination(mp):
-    _vtrace_with(mp, terminated=lambda a: a["done"])
-
-
-def value_head_gets_no_gradient(mp):
-    from rlvitals.learner.networks import ActorCritic
-
-    _wrap(mp, ActorCritic, "value", lambda original: lambda self, obs: original(self, obs).detach())
-
-
-def entropy_bonus_sign_flipped(mp):
-    from rlvitals.learner.networks import Categorical
-
-    _wrap(mp, Categorical, "entropy", lambda original: lambda self, params: -original(self, params))
-
-
+# ---------------------------------------------------------------- planted bugs (tests/planted_bugs.py)
 PLANTED = {
-    # name: (plant, component the verdict must name, its rule)
-    "learning_rate_100x": (learning_rate_100x, "optimizer", "doctor-optimizer"),
-    "optimizer_state_reset_every_step": (optimizer_state_reset_every_step, "optimizer", "doctor-optimizer"),
-    "preprocessing_in_the_learner_only": (preprocessing_in_the_learner_only, "preprocessing",
-                                          "doctor-learner-sees-other-observations"),
-    "observations_paired_with_the_next_step": (observations_paired_with_the_next_step, "actor",
-                                               "doctor-observations-paired-wrong"),
-    "rewards_one_step_late": (rewards_one_step_late, "actor", "doctor-rewards-lost"),
-    "discount_ignored": (discount_ignored, "returns", "doctor-discounting"),
-    "truncation_as_termination": (truncation_as_termination, "returns", "doctor-truncation"),
-    "value_head_gets_no_gradient": (value_head_gets_no_gradient, "value", "doctor-value-gets-no-gradient"),
+    # name in this file: the library's bug (its component is what the verdict must name)
+    "learning_rate_100x": BY_BUG["learning_rate_100x_in_the_step"],
+    "optimizer_state_reset_every_step": BY_BUG["optimizer_state_reset_every_step"],
+    "preprocessing_in_the_learner_only": BY_BUG["preprocessing_in_the_learner_only"],
+    "observations_paired_with_the_next_step": BY_BUG["observations_one_step_early"],
+    "rewards_one_step_late": BY_BUG["rewards_one_step_late"],
+    "discount_ignored": BY_BUG["discount_ignored"],
+    "truncation_as_termination": BY_BUG["truncation_as_termination"],
+    "value_head_gets_no_gradient": BY_BUG["value_head_no_gradient"],
 }
+entropy_bonus_sign_flipped = BY_BUG["entropy_of_the_distribution_negated"].apply
 
 
 def doctor_with(plant, **request) -> list:
@@ -168,14 +62,19 @@ SUITE_PLANTED = ["learning_rate_100x", "optimizer_state_reset_every_step", "prep
 @pytest.mark.slow
 @pytest.mark.parametrize("bug", SUITE_PLANTED)
 def test_planted_bug_is_pinned_on_its_component(bug):
-    plant, component, rule = PLANTED[bug]
-    verdicts = doctor_with(plant)
+    planted = PLANTED[bug]
+    verdicts = doctor_with(planted.apply)
     assert len(verdicts) == 1, [v.to_dict() for v in verdicts]
     verdict = verdicts[0]
-    assert (verdict.component, verdict.rule, verdict.severity) == (component, rule, "critical"), verdict.message
-    # the whole pattern is in the message, one entry per probe
-    assert verdict.message.startswith("pattern with the reference settings: P1 ")
-    assert all(f"{p.name} " in verdict.message for p in PROBES)
+    assert (verdict.component, verdict.severity) == (planted.component, "critical"), verdict.message
+    if verdict.rule.startswith("doctor-invariant-"):
+        # named from the invariants the probe runs broke: which ones, and on which probes
+        assert verdict.message.startswith("invariants broken with the reference settings: ")
+        assert any(f" on {p.name}" in verdict.message for p in PROBES), verdict.message
+    else:
+        # no invariant broke: the probes' pattern names it, one entry per probe in the message
+        assert verdict.message.startswith("pattern with the reference settings: P1 ")
+        assert all(f"{p.name} " in verdict.message for p in PROBES)
 
 
 @pytest.mark.slow

@@ -29,6 +29,7 @@ from rlvitals.telemetry.catalogue import (
     exposed_names,
 )
 from rlvitals.telemetry.interface import RecorderTelemetry
+from rlvitals.telemetry.invariants import INVARIANTS, InvariantMonitor
 from rlvitals.telemetry.recorder import COMPONENTS
 from rlvitals.training import make_learner, make_network, seed_everything
 
@@ -154,7 +155,8 @@ def test_learner_and_local_series_per_level(level, test_env):
         local.record_rollout(rollout)
         # What the run's learn step adds to the learner's statistics (rlvitals.run.Run.learn_step).
         stats = {**learner.learn(rollout), "rollouts_alive": 1.0, "staleness_batches": 0.0,
-                 "weights_mismatch": 0.0}
+                 "weights_mismatch": 0.0, **{inv.statistic: 0.0 for inv in INVARIANTS}}
+        stats.update(InvariantMonitor().observe(stats, 1))
     finally:
         runner.close()
     scale = {**layer_counts(net), "rollout step": cfg.rollout_length}

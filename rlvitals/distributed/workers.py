@@ -1,8 +1,10 @@
 """The bodies of the Ray actors: rollout workers, the incarnation ledger, and one vitals sidecar per node.
 
 Each runs in a process Ray starts; whatever it needs comes in through its
-constructor arguments (a config dict, run labels), never from the driver's
-globals.
+constructor arguments (a config dict, run labels, the ledger's name), never
+from the driver's globals. The arguments are plain values, never object refs
+or actor handles: Ray keeps plain values with the actor's creation task, so a
+restart always finds them.
 """
 
 from __future__ import annotations
@@ -34,11 +36,13 @@ def endpoint_address(telemetry) -> str | None:
 class RolloutWorker:
     """Body of a Ray actor: an env runner plus a CPU copy of the network, and its own telemetry."""
 
-    def __init__(self, cfg_dict: dict, actor_id: int, run_info: dict, ledger=None):
+    def __init__(self, cfg_dict: dict, actor_id: int, run_info: dict, ledger: tuple[str, str] | None = None):
+        """`ledger`: (name, namespace) of the run's IncarnationLedger actor, looked up by name."""
         import ray
 
         if ledger is not None:  # first thing, so even an incarnation killed during start-up is counted
-            ray.get(ledger.started.remote(actor_id, os.getpid()))
+            name, namespace = ledger
+            ray.get(ray.get_actor(name, namespace=namespace).started.remote(actor_id, os.getpid()))
         from rlvitals.actors.runner import EnvRunner
         from rlvitals.telemetry.process import start_telemetry
 

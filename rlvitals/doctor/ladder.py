@@ -23,6 +23,7 @@ from rlvitals.actors.probes import GAMMA_PROBES, PROBES, REFERENCE_GAMMA, ProbeS
 
 from ..archive import RunArchive
 from ..config import TrainConfig
+from .invariant_evidence import broken_in
 
 VALUE_TOLERANCE = 0.05
 """|V - correct V| allowed for a probe's value to count as learned."""
@@ -138,6 +139,8 @@ class ProbeResult:
     discrepancy: float | None = None
     """Largest |learner log pi(a|o) - actor log mu(a|o)| over the run's batches (all at staleness 0 in local
     mode, so it must be 0); None where the learner recorded none (one-action probes: log pi is always 0)."""
+    invariants: dict[str, int | None] = field(default_factory=dict)
+    """Invariants the probe run broke (telemetry/invariants.py) -> the update each broke at."""
 
     @property
     def passed(self) -> bool:
@@ -249,7 +252,7 @@ def run_probe(probe: ProbeSpec, seed: int, parent: Path, leg: Leg = REFERENCE) -
     checks, frozen, details = evaluate(probe, net, cfg.gamma, initial)
     return ProbeResult(probe, leg.name, checks, frozen, details, time.perf_counter() - start,
                        discrepancy=recorded_discrepancy(run_dir) if probe.best_actions[0] is not None or
-                       probe.uniform_policy else None)
+                       probe.uniform_policy else None, invariants=broken_in(run_dir))
 
 
 def recorded_discrepancy(run_dir: Path) -> float | None:

@@ -13,6 +13,7 @@ from rlvitals.actors.probes import PROBES
 from rlvitals.telemetry.verdicts import Verdict
 
 from ..config import TrainConfig
+from .invariant_evidence import broken_in, invariant_verdict
 from .ladder import LEARNING_SETTINGS, REFERENCE, Leg, ProbeResult, probe_config, run_ladder, user_leg
 from .patterns import FALLBACK_RULE, fallback_component, healthy, infer, pattern_text
 from .settings import settings_verdict, show
@@ -40,11 +41,18 @@ def _verdict(rule: str, severity: str, component: str, started: float, message: 
 
 
 def _leg_verdict(results: list[ProbeResult], leg: Leg, started: float) -> Verdict | None:
-    """The verdict of one leg on its own: its pattern, the row it matches and the component."""
+    """The verdict of one leg on its own: the invariants it broke, else its pattern, the row it matches."""
+    where = f"with the {_label(leg)}"
+    broken: dict[str, list[str]] = {}
+    for r in results:
+        for name in r.invariants:
+            broken.setdefault(name, []).append(r.probe.name)
+    from_invariants = invariant_verdict(broken, where, time.perf_counter() - started)
+    if from_invariants is not None:
+        return from_invariants
     pattern, text = infer(results)
     if healthy(results):
         return None
-    where = f"with the {_label(leg)}"
     if pattern is None:
         component = fallback_component(results)
         return _verdict(FALLBACK_RULE, "critical", component, started,
@@ -76,7 +84,7 @@ def run_doctor(request: DoctorRequest, stream=None, quiet: bool = False) -> list
 
             say(f"ray leg: {RAY_PROBE.name} with one Ray actor, local vs synchronous, and asynchronous")
             found, lines = run_ray_leg(request.seed, parent, REFERENCE, started)
-            verdicts += found
+            verdicts += _ray_invariants(parent, started) + found
             for line in lines:
                 say(line)
     say(f"doctor finished in {time.perf_counter() - started:.1f}s")
@@ -90,6 +98,16 @@ def run_doctor(request: DoctorRequest, stream=None, quiet: bool = False) -> list
         done += ["the env checks pass"] if request.env is not None else []
         say("healthy: " + "; ".join(done))
     return verdicts
+
+
+def _ray_invariants(parent: Path, started: float) -> list[Verdict]:
+    """The invariants the Ray leg's runs broke (local, synchronous, asynchronous), as one verdict."""
+    broken: dict[str, list[str]] = {}
+    for mode in ("local", "sync", "async"):
+        for name in broken_in(parent / "ray" / mode):
+            broken.setdefault(name, []).append(f"ray {mode}")
+    found = invariant_verdict(broken, "in the Ray leg", time.perf_counter() - started)
+    return [found] if found is not None else []
 
 
 def _run_ladder(request: DoctorRequest, parent: Path, started: float, say) -> list[Verdict]:

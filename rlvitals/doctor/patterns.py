@@ -192,8 +192,9 @@ def infer(results: list[ProbeResult]) -> tuple[Pattern | None, str]:
 
 
 def healthy(results: list[ProbeResult]) -> bool:
-    """Every probe that ran passed, and the learner agreed with the actor (or did not say)."""
-    return all(r.passed or r.skipped for r in results) and consistent(results) is not False
+    """Every probe that ran passed, broke no invariant, and the learner agreed with the actor (or did not say)."""
+    return (all(r.passed or r.skipped for r in results) and consistent(results) is not False
+            and not any(r.invariants for r in results))
 
 
 def fallback_component(results: list[ProbeResult]) -> str:

@@ -1,0 +1,95 @@
+"""The pipeline family of invariants, measured by the run itself in evidence (arrivals, updates, samples).
+
+`PipelineEvidence` sees every batch that arrives (learned from or dropped) and
+gives, per arrival, the `inv_*` statistics of the invariants the run's own
+counters can judge (telemetry/invariants.py has their limits and derivations):
+
+- `inv_samples_dropped`: the share of samples dropped as stale over the last
+  `DROP_WINDOW` arrivals;
+- `inv_weights_frozen`: learner updates (that stepped the network) since the
+  newest network age seen in an arriving batch last advanced, beyond what the
+  queues can explain;
+- `inv_memory_per_sample`: bytes of resident memory gained per sample processed,
+  over the later half of the run so far, when both its halves grow;
+- `inv_rollouts_retained`: rollouts alive in this process beyond what queues and
+  the batch in hand can hold.
+
+Nothing here reads the clock: a fast and a slow machine see the same statistics
+after the same batches.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+DROP_WINDOW = 16
+"""Arrivals over which the share of dropped samples is taken."""
+
+MEMORY_POINTS = 256
+"""(samples, resident bytes) points kept; thinned by halves so they span the whole run."""
+MEMORY_MIN_GROWTH = 48 * 2 ** 20
+"""Growth over the judged window below which memory is not judged: allocator noise, caches filling."""
+MEMORY_MIN_POINTS = 32
+
+ROLLOUT_SLACK = 4
+"""Rollouts a correct learner may hold beyond its queue: the batch in hand, one arriving, a concat's parts."""
+
+NAN = float("nan")
+
+
+class PipelineEvidence:
+    def __init__(self):
+        self.arrivals: deque = deque(maxlen=DROP_WINDOW)   # (samples, dropped samples) per arrival
+        self.newest_age: int | None = None
+        self.steps_since_newer = 0
+        self.memory: list[tuple[float, float]] = []
+        self.stride = 1
+        self.seen = 0
+        self.samples = 0.0
+
+    # ------------------------------------------------------------- what the run tells it
+    def dropped(self, samples: int) -> dict[str, float]:
+        self.arrivals.append((samples, samples))
+        return {"inv_samples_dropped": self._drop_share()}
+
+    def learned(self, samples: int, policy_age: int, stepped: bool, capacity: int | None, rss: float,
+                rollouts_alive: float | None) -> dict[str, float]:
+        """One batch learned from: `stepped` when the update moved the network (not skipped as non-finite)."""
+        self.arrivals.append((samples, 0))
+        self.samples += samples
+        out = {"inv_samples_dropped": self._drop_share(), "inv_weights_frozen": NAN,
+               "inv_memory_per_sample": self._memory(rss), "inv_rollouts_retained": NAN,
+               "inv_run_without_updates": 0.0}   # judged for the whole run when it ends
+        bound = (capacity or 1) + 1
+        if self.newest_age is None or policy_age > self.newest_age:
+            self.newest_age, self.steps_since_newer = policy_age, 0
+        elif stepped:
+            self.steps_since_newer += 1
+        if capacity is not None:
+            out["inv_weights_frozen"] = float(max(0, self.steps_since_newer - bound))
+            if rollouts_alive is not None:
+                out["inv_rollouts_retained"] = float(max(0.0, rollouts_alive - capacity - ROLLOUT_SLACK))
+        return out
+
+    # ------------------------------------------------------------- statistics
+    def _drop_share(self) -> float:
+        total = sum(s for s, _ in self.arrivals)
+        return sum(d for _, d in self.arrivals) / total if total else NAN
+
+    def _memory(self, rss: float) -> float:
+        """Bytes per sample gained over the later half of the run, if both its quarters grew; else 0."""
+        self.seen += 1
+        if self.seen % self.stride == 0:
+            self.memory.append((self.samples, float(rss)))
+            if len(self.memory) >= MEMORY_POINTS:
+                self.memory = self.memory[::2]
+                self.stride *= 2
+        if len(self.memory) < MEMORY_MIN_POINTS:
+            return NAN
+        half = self.memory[len(self.memory) // 2:]
+        (s0, r0), (s1, r1), (s2, r2) = half[0], half[len(half) // 2], half[-1]
+        if r2 - r0 < MEMORY_MIN_GROWTH or r1 <= r0 or r2 <= r1 or s2 <= s0:
+            return 0.0
+        per_sample = min((r1 - r0) / max(s1 - s0, 1.0), (r2 - r1) / max(s2 - s1, 1.0))
+        return per_sample if math.isfinite(per_sample) else NAN

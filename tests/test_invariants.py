@@ -1,0 +1,82 @@
+"""The invariants as data and their monitor: holds counted in updates, breaks latched, one source for
+rules, series and docs; and a run reaches the same verdict after the same updates at any speed."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from diagnose import diagnose
+from planted_bugs import BY_BUG, INVARIANT_BUGS
+
+from rlvitals.telemetry import invariant_reference
+from rlvitals.telemetry.catalogue import BY_NAME as METRICS_BY_NAME
+from rlvitals.telemetry.invariants import BY_NAME, FAMILIES, INVARIANTS, Invariant, InvariantMonitor
+from rlvitals.telemetry.rules import BY_RULE
+from rlvitals.telemetry.verdicts import COMPONENTS
+
+TOY = Invariant("toy", "sampling", "actor", 1.0, 3, "s", "c", "d")
+
+
+def test_docs_are_generated_from_the_invariants():
+    assert invariant_reference.main(["--check"]) == 0, "run python -m rlvitals.telemetry.invariant_reference"
+    page = invariant_reference.DEFAULT_OUTPUT.read_text()
+    for inv in INVARIANTS:
+        assert f"### {inv.name}" in page and inv.derivation in page
+
+
+def test_every_invariant_has_its_rule_series_and_component():
+    labels = METRICS_BY_NAME["rlvitals_invariant_broken"].label_values["invariant"]
+    assert labels == METRICS_BY_NAME["rlvitals_invariant_statistic"].label_values["invariant"]
+    assert set(labels) == set(BY_NAME)
+    for inv in INVARIANTS:
+        rule = BY_RULE[inv.rule_name]
+        assert (rule.component, rule.severity, rule.hold_seconds) == (inv.component, inv.severity, 0)
+        assert rule.expr.keys() == {inv.broken_key}
+        assert inv.component in COMPONENTS and inv.family in FAMILIES
+
+
+def test_the_hold_counts_measured_updates_and_a_break_is_latched():
+    monitor = InvariantMonitor([TOY])
+    flags = [monitor.observe({"inv_toy": v}, u)["inv_broken_toy"]
+             for u, v in enumerate([2.0, 2.0, math.nan, 0.5, 2.0, 2.0, None, 2.0, 0.0, 0.0], start=1)]
+    # 2, 2, (not measured), 0.5 resets, 2, 2, (absent), 2 -> the third measured update over the limit in a row
+    assert flags == [0, 0, 0, 0, 0, 0, 0, 1, 1, 1]
+    assert monitor.broken_at == {"toy": 8}
+
+
+def test_nothing_is_judged_before_after_updates():
+    early = Invariant("early", "pipeline", "memory", 0.0, 1, "s", "c", "d", after_updates=5)
+    monitor = InvariantMonitor([early])
+    assert [monitor.observe({"inv_early": 1.0}, u)["inv_broken_early"] for u in range(1, 8)] == [0] * 5 + [1, 1]
+
+
+def test_the_monitor_state_survives_a_resume():
+    monitor = InvariantMonitor([TOY])
+    for u in (1, 2):
+        monitor.observe({"inv_toy": 5.0}, u)
+    resumed = InvariantMonitor([TOY])
+    resumed.load_state(monitor.state())
+    assert resumed.observe({"inv_toy": 5.0}, 3)["inv_broken_toy"] == 1
+
+
+def test_every_invariant_bug_names_its_invariants_component():
+    for bug in INVARIANT_BUGS:
+        assert bug.invariant in BY_NAME, bug.name
+        assert BY_NAME[bug.invariant].component == bug.component, bug.name
+    assert sum(b.mode == "ray" for b in INVARIANT_BUGS) >= 4
+    assert sum(b.env == "Pendulum-v1" for b in INVARIANT_BUGS) >= 2
+
+
+@pytest.mark.slow
+def test_a_planted_leak_is_named_after_the_same_updates_at_full_and_half_speed(tmp_path):
+    """Evidence, not seconds: the verdict comes at the same update whatever the machine's speed."""
+    bug = BY_BUG["rollouts_kept_forever"]
+    runs = {}
+    for speed, factor in (("full", 1.0), ("half", 2.0)):
+        found = diagnose(tmp_path / speed, bug=bug, budget_s=600, slowdown=factor, num_envs=4, rollout_length=64)
+        runs[speed] = [(v.rule, v.component, v.first_update) for v in found.verdicts]
+    assert runs["full"] == runs["half"]
+    rule, component, update = runs["full"][0]
+    assert (rule, component) == ("RLInvariantRolloutsRetained", "memory")
+    assert update == BY_NAME["rollouts_retained"].hold_updates + 1 + 4   # capacity 1 + slack 4, then the hold
