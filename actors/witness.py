@@ -157,7 +157,7 @@ class Witness(gym.vector.VectorWrapper):
         self._clear(0)
 
     def _clear(self, num_steps: int) -> None:
-        self._actions, self._rewards, self._ends = [], [], []
+        self._actions, self._rewards, self._terms, self._truncs = [], [], [], []
         self._done_before = self._prev_done
         self._outside = self._emitted = 0
         self._complete = True
@@ -193,12 +193,11 @@ class Witness(gym.vector.VectorWrapper):
         self._actions.append(np.array(actions, copy=True))
         obs, reward, terminated, truncated, info = self.env.step(actions)
         try:
-            t = len(self._rewards)
             self._rewards.append(np.array(reward, copy=True))
-            term, trunc = np.array(terminated, dtype=bool), np.array(truncated, dtype=bool)
-            self._ends.append(term.astype(np.uint8) | (trunc.astype(np.uint8) << 1))
-            self._prev_done = term | trunc
-            self._keep(t + 1, obs)
+            self._terms.append(np.array(terminated, dtype=bool))   # packed once per rollout, in `take`
+            self._truncs.append(np.array(truncated, dtype=bool))
+            if self._want:
+                self._keep(len(self._rewards), obs)
         except Exception:
             self._complete = False
         self._emit(obs)
@@ -217,7 +216,8 @@ class Witness(gym.vector.VectorWrapper):
         complete = self._complete
         try:
             rewards = _compact(np.stack(self._rewards)) if self._rewards else np.zeros((0, n), np.float32)
-            ends = np.stack(self._ends) if self._ends else np.zeros((0, n), np.uint8)
+            ends = (np.stack(self._terms).astype(np.uint8) | (np.stack(self._truncs).astype(np.uint8) << 1)
+                    if self._terms else np.zeros((0, n), np.uint8))
             actions = _compact(np.stack(self._actions)) if self._actions else np.zeros((0, n))
             if rewards.dtype.kind not in "biuf" or actions.dtype.kind not in "biuf":
                 raise TypeError("not numbers")
@@ -232,6 +232,8 @@ class Witness(gym.vector.VectorWrapper):
             obs=obs if obs is not None else np.zeros(0), outside_space=self._outside, emitted=self._emitted,
             action_low=self._low, action_high=self._high, complete=complete)
         record.agent_steps = int((~record.resets).sum())
+        if len(ends):
+            self._prev_done = ends[-1].astype(bool)
         self._clear(0)
         return record
 
@@ -274,8 +276,8 @@ class SpaceCheck:
                 return self.n
         elif arr.dtype != self.space.dtype:
             return self.n
-        if not self.bounded:
-            return 0
+        if not self.bounded or ((arr >= self.low).all() and (arr <= self.high).all()):
+            return 0   # the common case in two comparisons; rows are counted only when some value is outside
         inside = (arr >= self.low) & (arr <= self.high)   # NaN compares False: outside, as in Box.contains
         return int(self.n - inside.reshape(self.n, -1).all(1).sum())
 

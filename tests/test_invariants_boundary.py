@@ -1,7 +1,8 @@
 """Data across the boundary (issue 20): the witness's statistics read 0 on healthy runs, local and Ray, and each
 planted fault (a monkeypatch or a wrapped env, never product code) drives exactly its own statistic over its limit.
 
-Real gymnasium envs and real training runs throughout; the Ray run joins a private Ray head started for this module.
+Real gymnasium envs and real training runs throughout; the Ray run starts a private Ray instance of its own (in-process,
+loopback only) and stops it at its end.
 """
 
 from __future__ import annotations
