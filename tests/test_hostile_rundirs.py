@@ -318,6 +318,8 @@ def hostile_values_run(path: Path) -> Path:
     with open(run / "metrics.jsonl", "a") as fh:
         fh.write("1" * 5000 + "\n")  # beyond Python's integer digits limit
         fh.write("[" * 100_000 + "\n")  # beyond its recursion limit
+    (run / "meta.json").write_text(json.dumps({"run_id": 5, "command": 7, "code_version": "x", "hostname": ["h"]}))
+    (run / "config.yaml").write_text(f"env: CartPole-v1\nseed: {'9' * 400}\n")
     (run / "verdicts.json").write_text(json.dumps([
         {"rule": 5, "severity": ["critical"], "component": None, "first_seconds": "soon", "message": {}},
         {"rule": "r", "severity": "warning", "component": "learner", "first_seconds": int("9" * 400)},
@@ -335,7 +337,7 @@ def test_hostile_values_are_skipped_and_noted_by_every_reader(tmp_path):
     ok(report)
     page = (tmp_path / "report.html").read_text()
     assert "were no usable number" in page and "did not parse" in page and "not verdicts" in page
-    assert "of summary.json were of the wrong type" in page
+    assert "of summary.json were of the wrong type" in page and "field(s) of meta.json" in page
 
     table = finish(start(["runs", tmp_path / "runs", "--json"], tmp_path))
     ok(table)

@@ -63,7 +63,10 @@ def fmt(x, spec: str = ",.4g") -> str:
         return "–"
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return esc(x)
-    return format(x, spec)
+    try:
+        return format(x, spec)
+    except (ValueError, OverflowError):  # a hand-edited file: 1.5 where a count belongs, a 400-digit integer
+        return esc(x)
 
 
 def doc_file(name: str) -> Path | None:

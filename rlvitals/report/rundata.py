@@ -270,6 +270,26 @@ def _finite(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < 1e300
 
 
+META_TEXT = ("run_id", "started_at", "hostname", "python", "platform")
+
+
+def clean_meta(meta, notes: list[str]) -> dict:
+    """meta.json with the fields the page shows of the types it shows them as (text, a command as a list of
+    words, the code version as a mapping); others are left out and noted."""
+    if not isinstance(meta, dict):
+        if meta is not None:
+            notes.append("meta.json is not a JSON object; it is left out")
+        return {}
+    kept = {k: v for k, v in meta.items() if k not in META_TEXT or isinstance(v, str)}
+    if not (isinstance(kept.get("command", []), list) and all(isinstance(w, str) for w in kept.get("command", []))):
+        kept.pop("command")
+    if not isinstance(kept.get("code_version", {}), dict):
+        kept.pop("code_version")
+    if len(kept) < len(meta):
+        notes.append(f"{len(meta) - len(kept)} field(s) of meta.json were of the wrong type and were left out")
+    return kept
+
+
 def load_run(path: str, max_points: int = MAX_POINTS) -> Run:
     run_dir = check_run_dir(path)
     notes: list[str] = []
@@ -281,8 +301,7 @@ def load_run(path: str, max_points: int = MAX_POINTS) -> Run:
             config = load_yaml(run_dir / "config.yaml", what="config.yaml")
         except ConfigError as exc:
             notes.append(f"{' '.join(str(exc).split())}; the config is left out")
-    meta = _read_json(run_dir / "meta.json", notes, "meta.json")
-    meta = meta if isinstance(meta, dict) else {}
+    meta = clean_meta(_read_json(run_dir / "meta.json", notes, "meta.json"), notes)
     summary = _read_json(run_dir / "summary.json", notes, "summary.json")
     if summary is None:
         notes.append("no summary.json: " + ("the run is still running (a live process holds its lock)"
