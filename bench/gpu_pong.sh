@@ -14,6 +14,7 @@
 #     mkdir -p .gpu && cp ../shared/tools/gpu-pong-profile .gpu/      (.gpu/ is git-ignored)
 #     DRY_RUN=1 OUT=/tmp/dry bash bench/gpu_pong.sh                    (checks all of the above, no GPU needed)
 # Then on the device:  run  command="bash bench/gpu_pong.sh"  carry=[".whl", ".gpu"]  timeout_s=600
+# and commit what comes back under bench/results/gpu/ (issue 22 wants the GPU figures there), saying which card.
 set -uo pipefail
 R=$(cd "$(dirname "$0")/.." && pwd)
 PART=${PART:-profile}
