@@ -260,7 +260,7 @@ def test_stack_up_and_down_with_the_installed_configuration(installed):
         assert all(rules_dir in Path(p).resolve().parents for p in config["rule_files"]), config["rule_files"]
         groups = json.loads(http_get(f"{url}/api/v1/rules")[1])["data"]["groups"]
         loaded = {r["name"] for g in groups for r in g["rules"]}
-        shipped = {r["alert"] for f in (REPO / "deploy/prometheus/rules").glob("*.yml")
+        shipped = {r.get("alert") or r["record"] for f in (REPO / "deploy/prometheus/rules").glob("*.yml")
                    for g in yaml.safe_load(f.read_text())["groups"] for r in g["rules"]}
         assert loaded == shipped
     finally:

@@ -120,7 +120,7 @@ def test_stack_up_and_down_with_prometheus_only(tmp_path, bystander):
         assert not run_dir.exists(), "stack up must not create the run directory (train refuses non-empty ones)"
         rules = json.loads(http_get(f"{url}/api/v1/rules")[1])["data"]["groups"]
         names = {r["name"] for g in rules for r in g["rules"]}
-        expected = {r["alert"] for f in (REPO / "deploy/prometheus/rules").glob("*.yml")
+        expected = {r.get("alert") or r["record"] for f in (REPO / "deploy/prometheus/rules").glob("*.yml")
                     for g in yaml.safe_load(f.read_text())["groups"] for r in g["rules"]}
         assert names == expected
 
