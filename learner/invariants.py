@@ -83,19 +83,17 @@ later steps of the update would have to undo it exactly. Exact: limit 0. The
 "did not change" part is not judged while the learning rate is 0 (the
 statistic is then the missing count when there is one, else NaN).
 
-gradient_of_loss (optimizer). On sampled updates, the gradient the optimizer
-is about to step with on the first minibatch (every trainable parameter's
-.grad, before clipping) against the loss's gradient recomputed on the same
-graph (one autograd.grad): ||grad - dL/dtheta|| / ||dL/dtheta||. Both are the
-same operations on the same tensors, so a correct learner reads rounding of
-the order of 1e-7 whatever the precision (bfloat16 included; CUDA's
-non-deterministic reductions stay at that order); anything else in .grad
-(gradients of earlier steps left by a missing zero_grad, a stray write) shows
-as its size against this minibatch's gradient. With clipping the stale part
-left by a missing zero_grad is about max_grad_norm against a gradient norm of
-5 to 50: 1e-2 to 1e-1, which the projection onto the value head's bias that
-`gradient_mismatch` exports (limit 0.05, for bfloat16's sake) misses about
-half the time. Limit 1e-3.
+gradient_of_loss (optimizer). On each update's first minibatch, the norm of
+every parameter's .grad between zero_grad and the backward pass, against its
+norm after it: ||grad before|| / ||grad after||. The gradient the optimizer
+steps with must be this backward pass's alone, so a correct learner reads
+exactly 0 in any precision; gradients of earlier steps left by a missing or
+misplaced zero_grad (or a parameter whose .grad the optimizer does not zero)
+read their size against this minibatch's gradient. With clipping that stale
+part is about max_grad_norm against a gradient norm of 5 to 50: 1e-2 to 1e-1,
+which the projection onto the value head's bias that `gradient_mismatch`
+exports (limit 0.05, for bfloat16's sake) misses about half the time. Limit
+1e-3 (exact: no false alarm).
 
 policy_starved (preprocessing). On sampled updates, when the first minibatch's
 gradient is clipped (||g|| > max_grad_norm): ||g|| / ||g_policy||, with g_policy
@@ -309,17 +307,8 @@ def _norms(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 
 def _norm(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """The 2-norm of all the tensors together."""
-    return _norms(tensors).norm() if tensors else torch.zeros((), dtype=F64)
-
-
-def stepped_gradient_error(params: list[torch.Tensor], loss: torch.Tensor) -> torch.Tensor:
-    """||.grad - dL/dparams|| / ||dL/dparams|| over every trainable parameter: what the optimizer will step with
-    against this minibatch's loss gradient, recomputed on the same graph (needs it kept)."""
-    trainable = [p for p in params if p.requires_grad]
-    own = _gradient_of(loss, trainable, keep_graph=True)
-    held = [torch.zeros_like(g) if p.grad is None else p.grad.to(F64) for p, g in zip(trainable, own, strict=True)]
-    return _relative_error_of(_norm([h - g for h, g in zip(held, own, strict=True)]), _norm(held), _norm(own))
+    """The 2-norm of all the tensors together (a non-empty list)."""
+    return _norms(tensors).to(F64).norm()
 
 
 def policy_share(params: list[torch.Tensor], grad_norm: torch.Tensor, policy_loss: torch.Tensor,
@@ -426,6 +415,7 @@ class LearnerInvariants:
         self.out: dict[str, torch.Tensor] = {}
         self.steps: list[tuple[torch.Tensor, torch.Tensor, bool]] = []
         self.grad_norms: torch.Tensor | None = None
+        self.grad_before: torch.Tensor | None = None
         self.behaviour_logp: torch.Tensor | None = None
         self.arrival_telemetry: tuple[torch.Tensor, torch.Tensor] | None = None
 
@@ -462,16 +452,22 @@ class LearnerInvariants:
         """Whether the first minibatch's backward pass must keep its graph (for policy_starved)."""
         return self.sampled
 
-    def first_minibatch(self, loss, policy_loss, dist_params, logp, values, entropy, b, mb) -> None:
+    def before_backward(self) -> None:
+        """On the first minibatch, between zero_grad and the backward pass: what .grad holds already."""
+        held = [p.grad for p in self.learner.net.parameters() if p.grad is not None]
+        self.grad_before = _norm(held) if held else torch.zeros((), dtype=F64, device=self.learner.device)
+
+    def first_minibatch(self, policy_loss, dist_params, logp, values, entropy, b, mb) -> None:
         """After the first minibatch's backward pass (outputs' gradients retained, gradients not yet clipped)."""
         learner = self.learner
         self.out.update(loss_gradient_errors(learner.net.dist, dist_params, logp, values, entropy,
                                              self.behaviour_logp[mb], b.mb_adv[mb], b.mb_targets[mb], learner.s))
         params = list(learner.net.parameters())
         self.grad_norms = _norms([p.grad if p.grad is not None else torch.zeros_like(p) for p in params])
-        if self.sampled:   # the graph was kept: two more backward passes through it, the second frees it
-            self.out["inv_gradient_of_loss"] = stepped_gradient_error(params, loss)
-            grad_norm = self.grad_norms.to(F64).pow(2).sum().sqrt()
+        grad_norm = self.grad_norms.to(F64).norm()
+        # What the optimizer steps with must be this backward pass's alone: nothing may be in .grad before it.
+        self.out["inv_gradient_of_loss"] = _relative_error_of(self.grad_before, self.grad_before, grad_norm)
+        if self.sampled:   # the graph was kept for one more backward pass through the policy term
             self.out["inv_policy_starved"] = policy_share(params, grad_norm, policy_loss, learner.s.max_grad_norm,
                                                           self.out["inv_loss_gradient_policy"])
 
