@@ -74,6 +74,12 @@ class Rollout:
     discounted_returns: torch.Tensor | None = None
     """[T, N] each env's running discounted return after each step, reset at episode ends (reward scaling
     only: the runner keeps it, since only it sees every step of its envs in order; None otherwise)."""
+    actor_counters: tuple = ()
+    """Ray mode: each producing actor's own counters (rollouts produced, delivered, dropped; seconds by phase)
+    as it delivered this rollout, one dict per actor in the batch (rlvitals.distributed.accounting)."""
+    witness: tuple = ()
+    """What the envs received and returned, recorded below the runner (actors.witness.WitnessRecord, one per
+    runner whose envs are in the batch; empty: not witnessed)."""
 
     def __post_init__(self):
         # A pipeline with bounded queues holds a bounded number of rollouts; counting the live
@@ -117,8 +123,18 @@ class Rollout:
                                   np.concatenate([e.successes for e in eps])),
             timings={}, valid_count=sum(r.valid_count for r in rollouts),
             weights_checksums=tuple(c for r in rollouts for c in r.weights_checksums),
-            discounted_returns=cat("discounted_returns") if rollouts[0].discounted_returns is not None else None)
+            discounted_returns=cat("discounted_returns") if rollouts[0].discounted_returns is not None else None,
+            witness=_side_by_side_witness(rollouts),
+            actor_counters=tuple(c for r in rollouts for c in r.actor_counters))
 
+
+def _side_by_side_witness(rollouts: list[Rollout]) -> tuple:
+    """The parts' witness records, each moved to where its envs are in the batch."""
+    out, offset = [], 0
+    for r in rollouts:
+        out.extend(w.shifted(offset) for w in r.witness)
+        offset += r.num_envs
+    return tuple(out)
 
 
 class _Tally:

@@ -11,6 +11,7 @@ import torch
 
 from .envs import make_vector_env
 from .rollout import EpisodeStats, Rollout
+from .witness import Witness
 
 
 class EnvStepError(RuntimeError):
@@ -50,7 +51,9 @@ class EnvRunner:
         self.env_id = env_id
         self.seed = int(seed)
         self.actor_id = actor_id
-        self.env = make_vector_env(env_id, num_envs, atari_options, env_kwargs)
+        # The witness sits between the runner and the envs: what they received and returned, recorded apart
+        # from the runner's own buffers, travels on each rollout for the learner to compare (actors/witness.py).
+        self.env = self.witness = Witness(make_vector_env(env_id, num_envs, atari_options, env_kwargs), seed)
         self.num_envs = num_envs
         self.obs_space = self.env.single_observation_space
         self.action_space = self.env.single_action_space
@@ -150,6 +153,7 @@ class EnvRunner:
         age = int(policy.age)
         # The weights cannot change during a collection: one fingerprint of what acted, for the learner to check.
         checksums = (policy.weights_checksum(),) if hasattr(policy, "weights_checksum") else ()
+        self.witness.begin(T)
 
         for t in range(T):
             obs_buf[t] = self.obs
@@ -219,6 +223,7 @@ class EnvRunner:
             timings={"env_step": step_s, "inference": inference_s},
             valid_count=int(valid.sum()), weights_checksums=checksums,
             discounted_returns=None if returns is None else torch.from_numpy(returns),
+            witness=(self.witness.take(),),
         )
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ from .panels import (
     Panel,
     Row,
     band,
+    fleet,
     gauges,
     heatmap,
     info_table,
@@ -26,10 +27,12 @@ from .panels import (
     trace,
 )
 
-PROCESS = ("run_id", "component", "instance")
 RETURN_NOTE = ("Healthy: rises, noisily, then levels off near the best return the env allows; a flat line from the "
                "start points at the learner, a drop after a rise at instability.")
 LEARNER_TOTALS = "Learner steps and updates/s"
+FLEET_NOTE = ("Healthy: steady, the actors' min, median and max close together; the named slowest actors near the "
+              "median. One actor far below the others is slowed down or stalled (the alerts RLActorSlow and "
+              "RLActorStalled name it); pick it in the Process variable to see it alone.")
 
 
 def alerts_firing() -> Panel:
@@ -61,8 +64,9 @@ def overview() -> Dashboard:
                  ("rlvitals_actor_restarts_total",), "short", "restarts within the dashboard's time range", red_at=1),
             alerts_firing(),
             info_table("rlvitals_run_info",
-                       note="Healthy: one `local` row for a local run; one `learner`, one `node` per machine and one "
-                            "`actor` per actor for a Ray run. A missing row is a process Prometheus cannot see."),
+                       note="Healthy: a local run is one `local` process; a Ray run one `learner`, one `node` per "
+                            "machine and as many `actor`s as it started. Fewer means processes Prometheus cannot "
+                            "see (the alert RLComponentDown names them)."),
         ]),
         Row("Learning", [
             band(ret, title="Episode return", note=RETURN_NOTE),
@@ -183,9 +187,11 @@ def systems() -> Dashboard:
                      "Per-component throughput and phase timings, queues and transport, memory of every process, "
                      "torch and NVML memory, GPU vitals, restarts and dropped samples.", [
         Row("Throughput", [
-            rates("rlvitals_actor_env_steps_total", per=PROCESS, title="Env steps/s per process", counts="steps"),
-            rates("rlvitals_actor_episodes_total", per=PROCESS, title="Episodes/s per process", counts="episodes",
-                  note="Healthy: steady; a falling rate at steady env steps/s means episodes got longer."),
+            fleet("rlvitals_actor_env_steps_total", title="Env steps/s across actors", counts="steps",
+                  note=FLEET_NOTE),
+            fleet("rlvitals_actor_episodes_total", title="Episodes/s across actors", counts="episodes",
+                  note="Healthy: steady, the actors close together; a falling rate at steady env steps/s means "
+                       "episodes got longer."),
             rates("rlvitals_learner_samples_consumed_total", "rlvitals_learner_samples_learned_total",
                   title="Learner samples/s", legends=("consumed", "learned"), counts="samples"),
             rates("rlvitals_learner_steps_total", "rlvitals_learner_updates_total", title=LEARNER_TOTALS,
@@ -203,40 +209,46 @@ def systems() -> Dashboard:
                    legends=("depth", "capacity")),
             rates("rlvitals_samples_dropped_total", by=("reason",), title="Samples dropped/s", counts="samples"),
             rates("rlvitals_actor_restarts_total", title="Actor restarts/s", counts="restarts"),
-            gauges("rlvitals_actor_network_age", "rlvitals_learner_network_age", per=PROCESS,
-                   title="Network age: actors and learner", legends=("acting with", "learner network"),
-                   note="Healthy: every actor's line follows the learner's network age a few steps behind."),
+            fleet("rlvitals_actor_network_age", own=False, also=("rlvitals_learner_network_age",),
+                  also_legends=("learner network",), title="Network age: actors and learner",
+                  note="Healthy: the actors' min, median and max follow the learner's network age a few steps "
+                       "behind, close together; an actor far below the others acts with old weights."),
             rates("rlvitals_weight_publishes_total", title="Weight publishes/s", counts="publishes",
                   note="Healthy: steady, about one per learner update."),
             rates("rlvitals_weight_publish_bytes_total", title="Weight bytes published/s",
                   note="Healthy: publishes/s x model size, a small fraction of the network's bandwidth."),
         ]),
         Row("Memory and CPU", [
-            gauges("rlvitals_process_resident_memory_bytes", per=PROCESS, width=12),
-            rates("rlvitals_process_cpu_seconds_total", per=PROCESS, width=12, title="Process CPU (cores busy)",
-                  unit="count:cores", note="Healthy: actors near one core each, the learner busy; a process at 0 is "
-                                            "stuck."),
-            gauges("rlvitals_node_memory_used_bytes", "rlvitals_node_memory_total_bytes", per=("run_id", "instance"),
-                   title="Machine memory", width=12, legends=("used", "total")),
-            gauges("rlvitals_node_cpu_utilization_ratio", per=("run_id", "instance"), lo=0, hi=1, width=12,
-                   title="Machine CPU utilisation",
-                   note="Healthy: high while training (the cores are used) with throughput to match."),
+            fleet("rlvitals_process_resident_memory_bytes", worst="topk", sidecars=True, width=12,
+                  note="Healthy: every process flat after warm-up, the actors close together; one actor climbing "
+                       "away from the others leaks."),
+            fleet("rlvitals_process_cpu_seconds_total", worst="bottomk", sidecars=True, width=12,
+                  title="Process CPU (cores busy)", unit="count:cores",
+                  note="Healthy: actors near one core each, the learner busy; a process at 0 is stuck."),
+            fleet("rlvitals_node_memory_used_bytes", of="node", worst="topk",
+                  also=("rlvitals_node_memory_total_bytes",), also_legends=("total (largest machine)",),
+                  title="Machine memory", width=12,
+                  note="Healthy: every machine's use well below its total."),
+            fleet("rlvitals_node_cpu_utilization_ratio", of="node", worst="topk", lo=0, hi=1, width=12,
+                  title="Machine CPU utilisation",
+                  note="Healthy: high while training (the cores are used) with throughput to match."),
         ]),
         Row("GPU", [
+            # Per kind of process (the largest of a fleet): the learner's GPU is the one that matters.
             gauges("rlvitals_torch_memory_allocated_bytes", "rlvitals_torch_memory_reserved_bytes",
                    "rlvitals_torch_memory_peak_allocated_bytes", "rlvitals_torch_memory_peak_reserved_bytes",
-                   per=PROCESS, by=("device",), title="Torch CUDA memory", width=12,
+                   per=("run_id", "component"), by=("device",), title="Torch CUDA memory", width=12,
                    legends=("allocated", "reserved", "peak allocated", "peak reserved"),
                    note="Healthy: allocated flat after warm-up, reserved not far above it, peaks well below the "
-                        "GPU's memory."),
-            gauges("rlvitals_gpu_memory_used_bytes", "rlvitals_gpu_memory_total_bytes", per=("run_id", "instance"),
-                   by=("gpu",), title="GPU memory (NVML)", width=12, legends=("used", "total"),
-                   note="Healthy: used flat after warm-up and well below total."),
-            gauges("rlvitals_gpu_utilization_ratio", per=("run_id", "instance"), by=("gpu",), lo=0, hi=1,
-                   title="GPU utilisation", note="Healthy: high and steady on the learner's GPU."),
-            gauges("rlvitals_gpu_temperature_celsius", per=("run_id", "instance"), by=("gpu",), note=gpu_note),
-            gauges("rlvitals_gpu_power_watts", per=("run_id", "instance"), by=("gpu",), note=gpu_note),
-            gauges("rlvitals_gpu_fan_ratio", per=("run_id", "instance"), by=("gpu",), lo=0, hi=1, note=gpu_note),
+                        "GPU's memory; lines are the largest process of each kind (learner, actors)."),
+            fleet("rlvitals_gpu_memory_used_bytes", of="node", worst="topk", keep=("gpu",),
+                  also=("rlvitals_gpu_memory_total_bytes",), also_legends=("total (largest GPU)",),
+                  title="GPU memory (NVML)", width=12, note="Healthy: used flat after warm-up and well below total."),
+            fleet("rlvitals_gpu_utilization_ratio", of="node", worst="bottomk", keep=("gpu",), lo=0, hi=1,
+                  title="GPU utilisation", note="Healthy: high and steady on the learner's GPU."),
+            fleet("rlvitals_gpu_temperature_celsius", of="node", worst="topk", keep=("gpu",), note=gpu_note),
+            fleet("rlvitals_gpu_power_watts", of="node", worst="topk", keep=("gpu",), note=gpu_note),
+            fleet("rlvitals_gpu_fan_ratio", of="node", worst="topk", keep=("gpu",), lo=0, hi=1, note=gpu_note),
         ]),
     ])
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import REFERENCE_URL
 from .healthy import legend_text, threshold_steps
-from .panels import DATASOURCE, GRID_WIDTH, Dashboard, Panel
+from .panels import DATASOURCE, DRILL_DOWN, GRID_WIDTH, Dashboard, Panel
 
 SCHEMA_VERSION = 39
 TAG = "rlvitals"
@@ -30,11 +30,17 @@ def _templating(reference_url: str) -> dict:
                 "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
                 "hide": 0, "regex": regex, "options": []}
 
+    # Processes to draw on their own on the fleet panels: no "All" (a fleet of 1,000 is the min/median/max
+    # lines), several may be picked; Grafana picks the first listed until someone chooses.
+    drill_down = {**query_variable(DRILL_DOWN, "Process", f'label_values(rlvitals_process_resident_memory_bytes'
+                                                          f'{{run_id=~"$run", node=~"$node"}}, {DRILL_DOWN})'),
+                  "includeAll": False, "allValue": None, "current": {}}
     return {"list": [
         {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus", "refresh": 1,
          "regex": "", "hide": 0, "includeAll": False, "multi": False, "current": {}, "options": []},
         query_variable("run", "Run", RUN_QUERY, RUN_REGEX),
         query_variable("node", "Node", 'label_values(rlvitals_process_resident_memory_bytes{run_id=~"$run"}, node)'),
+        drill_down,
         {"name": REFERENCE_VARIABLE, "label": "Metric reference", "type": "textbox", "hide": 2,
          "description": "Address of docs/metrics.md; each panel's link adds #<metric name>", "query": reference_url,
          "current": {"selected": False, "text": reference_url, "value": reference_url},

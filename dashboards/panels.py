@@ -54,6 +54,12 @@ def series(name: str, **matchers: str) -> str:
     return f"{name}{{{SELECTOR}{extra}}}"
 
 
+def component_series(name: str, components: str, **matchers: str) -> str:
+    """`name{run_id=~"$run", node=~"$node", component=~"<components>", k=~"v"...}` (every matcher a regex)."""
+    extra = "".join(f', {k}=~"{v}"' for k, v in matchers.items())
+    return f'{name}{{{SELECTOR}, component=~"{components}"{extra}}}'
+
+
 def title_of(m: Metric) -> str:
     """'rlvitals_learner_kl_divergence_nats' -> 'KL divergence'."""
     name = m.name.removeprefix("rlvitals_")
@@ -253,6 +259,72 @@ def quantiles(name: str, **kw) -> Panel:
     return Panel(title_of(m), (name,), targets, m.unit, shown, **kw)
 
 
+OWN = "learner|local"
+"""Processes a run has one of: they keep their own lines on fleet panels."""
+OUTLIERS = 3
+"""Processes a fleet panel names: the few that rank worst over the shown time range."""
+DRILL_DOWN = "instance"
+"""The dashboard variable that picks processes (by instance) to draw on their own."""
+RANK = {"topk": "highest", "bottomk": "lowest"}
+
+
+def fleet(name: str, *, of: str = "actor", worst: str = "bottomk", own: bool = True, by: tuple[str, ...] = (),
+          keep: tuple[str, ...] = (), also: tuple[str, ...] = (), also_legends: tuple[str, ...] = (),
+          sidecars: bool = False,
+          title: str | None = None, counts: str = "", unit: str | None = None, lo: float | None = None,
+          hi: float | None = None, **kw) -> Panel:
+    """A per-process metric of a fleet of any size, in about a dozen lines per run.
+
+    The run's single processes (learner, local) keep their own lines; across the fleet (`of`: actors or
+    node sidecars) the min, median and max (per `by` label); the OUTLIERS processes that rank `worst` over
+    the shown range (a counter by its mean rate, a gauge by its latest value), by instance and node; and
+    the processes picked in the $instance variable. `also` adds per-run lines of bounded metrics (the
+    learner's own network age, a machine's total memory: max over processes), `sidecars` the max over node
+    sidecars. `keep` labels (a machine's `gpu`) tell apart the series of one process: the distribution is
+    over all of them.
+    """
+    m = metric(name)
+    rate = m.kind == "counter"
+    if m.kind not in ("counter", "gauge"):
+        raise CatalogueError(f"{name} is a {m.kind}: a fleet panel needs a counter or a gauge")
+
+    def value(selector: str) -> str:
+        return f"rate({selector}[{RATE_WINDOW}])" if rate else selector
+
+    group = ", ".join(("run_id",) + by)
+    fleet_of = value(component_series(name, of))
+    who = f"{of}s" if of != "node" else "nodes"
+    targets = []
+    if own:
+        targets.append(target(f"max by (run_id, component{''.join(', ' + b for b in by + keep)}) "
+                              f"({value(component_series(name, OWN))})", legend(("run_id", "component") + by + keep)))
+    targets += [target(f"min by ({group}) ({fleet_of})", legend(("run_id",) + by, f"{who} min")),
+                target(f"quantile by ({group}) (0.5, {fleet_of})", legend(("run_id",) + by, f"{who} median")),
+                target(f"max by ({group}) ({fleet_of})", legend(("run_id",) + by, f"{who} max"))]
+    ranked = (f"rate({component_series(name, of)}[$__range] @ end())" if rate
+              else f"last_over_time({component_series(name, of)}[$__range] @ end())")
+    match = ", ".join(("run_id", "instance") + by + keep)
+    targets.append(target(f"{fleet_of} and on ({match}) {worst} by (run_id) ({OUTLIERS}, {ranked})",
+                          legend(("instance",) + by + keep, "on {{node}}")))
+    targets.append(target(value(component_series(name, of, **{DRILL_DOWN: f"${DRILL_DOWN}"})),
+                          legend(("instance",) + by + keep, "on {{node}} (picked)")))
+    if sidecars:
+        targets.append(target(f"max by ({group}) ({value(component_series(name, 'node'))})",
+                              legend(("run_id",) + by, "node sidecars max")))
+    for other, word in zip(also, also_legends, strict=True):
+        targets.append(target(f"max by ({group}) ({value(series(other))})", legend(("run_id",) + by, word)))
+    ms = [m] + [metric(n) for n in also]
+    if unit is None:
+        unit = rate_unit(ms, counts) if rate else _one_unit(ms)
+    what = "per-second rate over $__rate_interval" if rate else "latest value"
+    shown = (f"{what}: {'the learner (or local process) on its own line; ' if own else ''}across the {who} of each "
+             f"run min, median and max; the {OUTLIERS} {who} with the {RANK[worst]} "
+             f"{'mean rate' if rate else 'latest value'} over the shown range by name (instance and node); "
+             f"the processes picked in the Process variable (${DRILL_DOWN})")
+    defaults = {k: v for k, v in (("min", lo), ("max", hi)) if v is not None}
+    return Panel(title or title_of(m), (name,) + also, targets, unit, shown, defaults=defaults, **kw)
+
+
 def stat(title: str, expr: str, names: tuple[str, ...], unit: str, shown: str, red_at: float | None = None,
          **kw) -> Panel:
     """A single number: the latest value of one query."""
@@ -267,14 +339,15 @@ def stat(title: str, expr: str, names: tuple[str, ...], unit: str, shown: str, r
 
 
 def info_table(name: str, **kw) -> Panel:
-    """An info metric as a table: one row per process, its identity labels as columns."""
+    """An info metric as a table: one row per run and kind of process, with how many processes there are."""
     m = metric(name)
-    # exported_*: the process's own identity labels where Prometheus keeps the target's (no honor_labels).
-    hidden = {"Time": True, "Value": True, "__name__": True, "job": True, "exported_run_id": True,
-              "exported_run_name": True}
-    transformations = [{"id": "organize", "options": {"excludeByName": hidden, "indexByName": {}, "renameByName": {}}}]
-    shown = "one row per process of the selected runs, from the process's identity labels"
-    return Panel("Runs and processes", (name,), [target(series(name), "", format="table", instant=True, range=False)],
+    identity = [label for label in m.labels if label != "run_name"] + ["run_name", "component"]
+    expr = f"count by ({', '.join(identity)}) ({series(name)})"
+    transformations = [{"id": "organize", "options": {"excludeByName": {"Time": True}, "indexByName": {},
+                                                      "renameByName": {"Value": "processes"}}}]
+    shown = ("one row per selected run and kind of process (local, learner, actor, node), from the processes' "
+             "identity labels, with how many processes of that kind answer")
+    return Panel("Runs and processes", (name,), [target(expr, "", format="table", instant=True, range=False)],
                  m.unit, shown, kind="table", width=GRID_WIDTH, height=5, transformations=transformations,
                  options={"showHeader": True, "cellHeight": "sm"}, **kw)
 

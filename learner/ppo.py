@@ -93,7 +93,7 @@ class _Update:
     steps: int
     stats: dict
     fwd_s: float
-    opt_s: float
+    """Seconds in forward and backward passes (the rest of the update: clipping, steps, running sums)."""
 
 
 class PPOLearner:
@@ -114,6 +114,8 @@ class PPOLearner:
         self.updates = 0
         self.nonfinite_batches = 0
         self.amp = settings.mixed_precision and device.type == "cuda"
+        self.sync_phases = False
+        """Wait for the device at each phase boundary: honest per-phase GPU times (profiling), slower updates."""
         self.heads = _head_positions(net, device)
         self.reward_scale = torch.zeros((), device=device)
         """Largest |reward| of any valid step learned from in this run (kept on the device)."""
@@ -141,12 +143,14 @@ class PPOLearner:
     def learn(self, rollout: Rollout) -> dict[str, float]:
         """One batch: V-trace targets at arrival, then epochs x minibatches of PPO steps."""
         staleness, age_before, scale_before = self.net.age - rollout.policy_age, self.net.age, self.reward_scale
-        t0 = time.perf_counter()
+        laps = PhaseLaps(self.device if self.sync_phases else None)
         tensors, index = self._transfer(rollout)
-        t1 = time.perf_counter()
+        laps.lap("transfer")
         self.normalization.scale_rewards(tensors)
         batch = self._arrive(tensors, index, staleness)
+        laps.lap("targets")
         update = self._update(batch)
+        laps.split_update(update.fwd_s)
         # After the update: this batch was learned with the observation statistics its actors acted with.
         batch.stats.update(self.normalization.update_observations(batch.mb_obs))
         out = self._report(batch, update)
@@ -163,17 +167,15 @@ class PPOLearner:
         out.update({"staleness": float(staleness), "samples": float(count_learned), "learner_steps": float(steps),
                     "samples_learned": float(count_learned * self.s.update_epochs), "updates": 1.0,
                     "age": float(self.net.age), "nonfinite": float(bool(where)), "nonfinite_where": where,
-                    "nonfinite_samples": float(batch.count - count_learned), "time_transfer": t1 - t0,
-                    "time_forward_backward": update.fwd_s, "time_optimizer": update.opt_s})
+                    "nonfinite_samples": float(batch.count - count_learned)})
+        laps.lap("statistics")
+        out.update(laps.seconds)
         return out
 
     def _transfer(self, rollout: Rollout) -> tuple[dict, torch.Tensor]:
         """The rollout's tensors on the learner's device, and the flat positions of its valid samples."""
         index = rollout.valid.reshape(-1).nonzero().squeeze(-1)       # host-side: no device sync
-        names = ("obs", "actions", "rewards", "terminated", "truncated", "valid", "behaviour_params",
-                 "behaviour_logp")
-        names += ("discounted_returns",) if rollout.discounted_returns is not None else ()   # reward scaling
-        tensors = {k: _to_device(getattr(rollout, k), self.device) for k in names}
+        tensors = {k: _to_device(getattr(rollout, k), self.device) for k in _transferred(rollout)}
         return tensors, _to_device(index, self.device)
 
     def _arrive(self, r: dict, index: torch.Tensor, staleness: int) -> _Batch:
@@ -213,30 +215,35 @@ class PPOLearner:
         s, net, dev = self.s, self.net, self.device
         before = diag.flat_params(net)
         sums = _StepSums(dev)
-        fwd_s = opt_s = 0.0
+        fwd_s = 0.0
         steps = 0
         directions: dict = {}
         for epoch in range(s.update_epochs):
             order = torch.randperm(b.count, generator=self.generator).to(dev, non_blocking=True)
             for mb in order.chunk(s.num_minibatches):
-                ta = time.perf_counter()
+                ta = self._clock()
                 # Loss directions are exact per sample: the update's first minibatch is enough to watch them.
                 loss, parts, mb_params = self._forward_backward(b, mb, directions if steps == 0 else None)
                 self.invariants.step(mb, mb_params, epoch == s.update_epochs - 1)
                 grads = diag.flat_grads(net)
                 parts.update({f"grad_norm_{head}": grads.index_select(0, at).norm() for head, at in self.heads.items()})
-                tb = time.perf_counter()
+                tb = self._clock()
                 grad_norm = nn.utils.clip_grad_norm_(net.parameters(), s.max_grad_norm)
                 self.optimizer.step()
                 net.age += 1
                 steps += 1
-                opt_s += time.perf_counter() - tb
                 fwd_s += tb - ta
                 sums.add(loss, parts, grad_norm, grads, first_epoch=epoch == 0)
                 if epoch == s.update_epochs - 1:   # each sample once, with the policy learning it
                     sums.kl = sums.kl + net.dist.kl(b.mb_params[mb], mb_params.detach().float()).sum()
         stats = {**sums.result(steps, b.count, s.num_minibatches, self.noise_scale), **directions}
-        return _Update(before=before, steps=steps, stats=stats, fwd_s=fwd_s, opt_s=opt_s)
+        return _Update(before=before, steps=steps, stats=stats, fwd_s=fwd_s)
+
+    def _clock(self) -> float:
+        """perf_counter(), after the device's queued work when phases are synchronised (sync_phases)."""
+        if self.sync_phases and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
 
     def _forward_backward(self, b: _Batch, mb: torch.Tensor, directions: dict | None = None):
         """The loss of one minibatch under the network as it is now, and its gradients (not yet clipped).
@@ -335,6 +342,31 @@ class PPOLearner:
         self.nonfinite_batches += 1
 
 
+class PhaseLaps:
+    """Contiguous timing of one learn call: each lap closes the interval since the previous one, so the
+    phases add up to the whole call. Given a CUDA device it waits for the device at each boundary (the
+    queued kernels then count where they were launched, not at the next host sync)."""
+
+    def __init__(self, sync_device: torch.device | None = None):
+        self.sync = sync_device if sync_device is not None and sync_device.type == "cuda" else None
+        self.seconds: dict[str, float] = {}
+        self.last = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        if self.sync is not None:
+            torch.cuda.synchronize(self.sync)
+        now = time.perf_counter()
+        key = f"time_{phase}"
+        self.seconds[key] = self.seconds.get(key, 0.0) + now - self.last
+        self.last = now
+
+    def split_update(self, forward_backward_s: float) -> None:
+        """The update's lap: its forward/backward seconds, the rest (clipping, steps, running sums) optimizer."""
+        self.lap("optimizer")
+        self.seconds["time_optimizer"] -= forward_backward_s
+        self.seconds["time_forward_backward"] = forward_backward_s
+
+
 class _StepSums:
     """Running sums over one batch's optimizer steps, kept on the device (no sync in the loop)."""
 
@@ -381,9 +413,27 @@ def _head_positions(net: nn.Module, device: torch.device) -> dict[str, torch.Ten
     return {head: torch.cat([where[id(p)] for p in params]).to(device) for head, params in net.heads().items()}
 
 
+def _transferred(rollout: Rollout) -> tuple[str, ...]:
+    """The rollout's tensors the learner copies to its device."""
+    names = ("obs", "actions", "rewards", "terminated", "truncated", "valid", "behaviour_params", "behaviour_logp")
+    return names + (("discounted_returns",) if rollout.discounted_returns is not None else ())  # reward scaling
+
+
+def pin_rollout(rollout: Rollout, device: torch.device) -> Rollout:
+    """For a CUDA learner: the rollout's tensors moved into pinned host memory, so `learn` only queues
+    asynchronous copies. Meant for whoever fetches rollouts off the learner's thread (Ray mode's
+    background fetch); elsewhere, or on a CPU learner, the rollout is returned as it is."""
+    if device.type == "cuda":
+        for name in _transferred(rollout):
+            tensor = getattr(rollout, name)
+            if tensor.device.type == "cpu" and not tensor.is_pinned():
+                setattr(rollout, name, tensor.pin_memory())
+    return rollout
+
+
 def _to_device(x: torch.Tensor, dev: torch.device) -> torch.Tensor:
     """Host tensor to the learner's device: on CUDA through pinned memory, so the copy is asynchronous."""
-    if dev.type == "cuda" and x.device.type == "cpu":
+    if dev.type == "cuda" and x.device.type == "cpu" and not x.is_pinned():
         x = x.pin_memory()
     return x.to(dev, non_blocking=True)
 

@@ -101,10 +101,13 @@ class Policy:
         return actions[0] if single else actions
 
 
-def load_policy(run_dir: str | Path | None, checkpoint: str = "latest") -> Policy:
+def load_policy(run_dir: str | Path | None, checkpoint: str = "latest", env: str | None = None) -> Policy:
     """The policy of a run's checkpoint: latest (default), best or update-<N> of `run_dir`, or a checkpoint
     file's path (run_dir may then be None). ValueError (ConfigError) naming the problem when it cannot be used:
-    no such checkpoint, not an rlvitals checkpoint, or a network that does not fit the env's spaces."""
+    no such checkpoint, not an rlvitals checkpoint, or a network that does not fit the env's spaces.
+
+    A checkpoint is data: when it was trained on `module:EnvId`, that module is imported only if `env`
+    names the same env or the module is imported already (import your env module first, or pass env=)."""
     from .evaluate import open_checkpoint
 
-    return Policy(open_checkpoint(run_dir, checkpoint))
+    return Policy(open_checkpoint(run_dir, checkpoint, env))

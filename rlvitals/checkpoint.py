@@ -76,18 +76,17 @@ def check_resumable(run_dir, state: dict) -> None:
     """
     from pathlib import Path
 
-    import yaml
-
     from .archive import check_not_busy
-    from .config import RETIRED_FIELDS, ConfigError
+    from .config import RETIRED_FIELDS, ConfigError, load_yaml
 
     path = Path(run_dir)
     check_not_busy(path)
     ckpt = path / "checkpoints" / "latest.pt"
     archive = RunArchive(path)
+    saved = load_yaml(path / "config.yaml", what="config.yaml")  # its own one line for a hostile file
     try:
-        run_id, saved = archive.run_id, yaml.safe_load((path / "config.yaml").read_text())
-    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
+        run_id = archive.run_id
+    except (OSError, ValueError, KeyError, TypeError):
         raise ConfigError(f"resume={str(path)!r} is invalid: its meta.json or config.yaml cannot be read; "
                           "expected a run directory written by rlvitals train") from None
     if not isinstance(saved, dict):

@@ -44,6 +44,9 @@ def build_parser() -> Parser:
                                                               "greedily (the most likely action, the Gaussian's mean)")
     acting.add_argument("--greedy", action="store_true", help="act greedily: the default, accepted for older scripts")
     ev.add_argument("--seed", type=int, default=12345, help="seed of the evaluation envs")
+    ev.add_argument("--env", metavar="MODULE:ENV_ID",
+                    help="the env the checkpoint was trained on, where it is module:EnvId: naming it allows importing "
+                         "that module (a checkpoint is data and never makes rlvitals import code by itself)")
 
     runs = sub.add_parser("runs", help="list the runs under a directory as a table")
     runs.add_argument("directory", help="directory holding run directories (searched recursively)")
@@ -145,12 +148,18 @@ def preflight(cfg: TrainConfig, fresh_dir: bool = True) -> None:
 def resume_config(args: argparse.Namespace) -> tuple[TrainConfig, dict]:
     """The config of the run being resumed, with the few overrides that keep it the same run."""
     from .archive import RunArchive
+    from .archive.files import refuse_links
     from .checkpoint import RESUMABLE_FIELDS, check_resumable
     from .validate import check_checkpoint_content
 
     path = Path(args.resume)
     if not (path / "config.yaml").is_file():
         raise ConfigError(f"resume={args.resume!r} is invalid: no config.yaml there; expected a run directory")
+    refuse_links(path)  # a resume appends, truncates and replaces files: never through a link
+    if not os.path.lexists(path / "checkpoints" / "latest.pt"):
+        raise ConfigError(f"resume={args.resume!r} is invalid: the run ended before its first checkpoint, so there "
+                          f"is nothing to resume{_cleaned(path)}; expected a run directory with "
+                          "checkpoints/latest.pt (start a new run instead)")
     try:
         state = RunArchive(path).load_checkpoint()
         check_checkpoint_content(path / "checkpoints" / "latest.pt", state)
@@ -168,6 +177,20 @@ def resume_config(args: argparse.Namespace) -> tuple[TrainConfig, dict]:
     saved.update(overrides)
     saved["run_dir"] = str(path)
     return build_config(None, saved), state
+
+
+def _cleaned(path: Path) -> str:
+    """Remove what a run killed before its first checkpoint left (its discovery files: targets Prometheus shows
+    down for ever; temporaries), holding its lock; the words saying so, for the refusal's line."""
+    from .archive import RunArchive
+
+    archive = RunArchive(path)
+    archive.lock()  # RunDirBusy when the run is in fact alive
+    try:
+        removed = archive.remove_leftovers()
+    finally:
+        archive.close()
+    return f" (removed what its dead processes left: {', '.join(removed)})" if removed else ""
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -227,7 +250,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     try:
         result = evaluate_run(args.run_dir, args.episodes, greedy=not args.sample, seed=args.seed,
-                              checkpoint=args.checkpoint)
+                              checkpoint=args.checkpoint, env=args.env)
     except (ValueError, OSError) as exc:
         raise UsageError(str(exc)) from None
     print(json.dumps(result))
@@ -253,8 +276,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     except ReportError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:  # e.g. an -o path where nothing can be written
-        raise UsageError(f"{args.output or exc.filename!r} is unusable ({exc.strerror or exc}); expected readable "
-                         "run directories and a writable -o path") from None
+        raise UsageError(_unusable(exc, args.output)) from None
     print(json.dumps({"report": str(path), "bytes": size}))
     return 0
 
@@ -267,8 +289,18 @@ def cmd_export(args: argparse.Namespace) -> int:
         path, rows = export_tensorboard(args.run_dir)
     except ReportError as exc:
         raise UsageError(str(exc)) from None
+    except OSError as exc:  # as cmd_report: a run directory that cannot be read or listed
+        raise UsageError(_unusable(exc, args.run_dir)) from None
     print(json.dumps({"tensorboard": str(path), "rows": rows}))
     return 0
+
+
+def _unusable(exc: OSError, given: str | None) -> str:
+    """One line for an OSError of report or export: the path the error names (else the one given), and why."""
+    where = exc.filename or given
+    where = f"{str(where)!r} is unusable" if where is not None else "a file of the run is unusable"
+    return (f"{where} ({exc.strerror or exc}); expected readable run directories and a writable place for "
+            "what is written")
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ from typing import Any, get_type_hints
 
 import yaml
 
-from .config_yaml import AliasRefused, ConfigLoader
+from .config_yaml import AliasRefused, parse_yaml
 
 VERBOSITY_LEVELS = ("off", "minimal", "standard", "debug")
 MODES = ("local", "ray")
@@ -337,30 +337,38 @@ def coerce(name: str, raw: Any) -> Any:
         raise ConfigError(f"{name}={raw!r} is invalid: expected {kind}") from None
 
 
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    p = Path(path)
+def load_yaml(path: str | Path, what: str = "config file") -> dict[str, Any]:
+    """The mapping a YAML file holds (a config file, or a run directory's config.yaml: `what` names it).
+
+    The one way rlvitals reads a YAML file: a regular file of at most CONFIG_BYTES_MAX, read with the
+    one loader (config_yaml: no aliases, no duplicate keys, bounded nesting). ConfigError, one line, for
+    anything else, whoever wrote the file."""
+    from .limits import CONFIG_BYTES_MAX, read_bounded
+
     try:
-        data = yaml.load(p.read_bytes().decode("utf-8"), Loader=ConfigLoader)
+        data = parse_yaml(read_bounded(path, CONFIG_BYTES_MAX, what).decode("utf-8"))
     except OSError as exc:
-        raise ConfigError(f"config file {str(path)!r} is unreadable: {exc.strerror or exc}") from None
+        raise ConfigError(f"{what} {str(path)!r} is unreadable: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"config file {str(path)!r} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at "
+        raise ConfigError(f"{what} {str(path)!r} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at "
                           f"offset {exc.start}); expected a YAML file of field: value lines") from None
     except AliasRefused as exc:
-        raise ConfigError(f"config file {str(path)!r} is invalid: {exc}") from None
+        raise ConfigError(f"{what} {str(path)!r} is invalid: {exc}") from None
     except yaml.YAMLError as exc:
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
         where = f" at line {line + 1}" if line is not None else ""
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML{where}") from None
+        raise ConfigError(f"{what} {str(path)!r} is not valid YAML{where}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {str(path)!r} is invalid: expected a mapping of field: value")
+        raise ConfigError(f"{what} {str(path)!r} is invalid: expected a mapping of field: value")
     return data
 
 
 def build_config(yaml_path: str | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
     """Defaults, then the YAML file, then command-line overrides; validated."""
+    from .limits import check_nesting
+
     values: dict[str, Any] = {}
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     layers = []
@@ -376,5 +384,6 @@ def build_config(yaml_path: str | None = None, overrides: dict[str, Any] | None 
                 continue
             if name not in known:
                 raise ConfigError(f"unknown config field {name!r}: expected one of {', '.join(sorted(known))}")
+            check_nesting(name, raw)  # before anything walks or prints it recursively
             values[name] = coerce(name, raw)
     return TrainConfig(**values).validate()

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from .config import ConfigError
-from .config_yaml import ConfigLoader
+from .config_yaml import AliasRefused, parse_yaml
 
 EXPECTED = ("expected a mapping of the env constructor's argument names to values, as JSON or YAML, "
             "e.g. '{\"g\": 9.81}'")
@@ -24,18 +24,31 @@ PLAIN = (str, int, float, bool, type(None))
 
 def parse_env_kwargs(raw: Any) -> dict[str, Any]:
     """The mapping `raw` (a mapping, or its JSON or YAML text; empty or null: none) holds; ConfigError otherwise."""
+    from .limits import check_nesting
+
     value = _parsed(raw) if isinstance(raw, str) else raw
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise ConfigError(f"env_kwargs={raw!r} is invalid: {EXPECTED}")
+        raise ConfigError(f"env_kwargs={_short(raw)} is invalid: {EXPECTED}")
+    check_nesting(f"env_kwargs={_short(raw)}", value)  # before anything walks it recursively
     for key, item in value.items():
         if not (isinstance(key, str) and key.isidentifier()):
             raise ConfigError(f"env_kwargs={raw!r} is invalid: {key!r} is not an argument name; {EXPECTED}")
         if not _plain(item):
             raise ConfigError(f"env_kwargs={raw!r} is invalid: the value of {key!r} is a {type(item).__name__}; "
                               "expected strings, numbers, true/false, null, and lists and mappings of them")
+    steps = value.get("max_episode_steps")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise ConfigError(f"env_kwargs={raw!r} is invalid: max_episode_steps={steps!r}; expected a whole number "
+                          "of steps >= 1 (or none: the env's own time limit)")
     return dict(value)
+
+
+def _short(raw: Any) -> str:
+    """`raw` for an error line: a deeply nested value is cut, so the line stays a line."""
+    text = repr(raw)
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 def _parsed(text: str) -> Any:
@@ -45,10 +58,13 @@ def _parsed(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         pass
+    except RecursionError:  # nested beyond Python's limit: the YAML loader below names the bound
+        pass
     try:
-        return yaml.load(text, Loader=ConfigLoader)
-    except yaml.YAMLError:
-        raise ConfigError(f"env_kwargs={text!r} is not valid JSON or YAML; {EXPECTED}") from None
+        return parse_yaml(text)
+    except yaml.YAMLError as exc:
+        why = f": {exc}" if isinstance(exc, AliasRefused) else ""
+        raise ConfigError(f"env_kwargs={_short(text)} is not valid JSON or YAML{why}; {EXPECTED}") from None
 
 
 def _plain(value: Any) -> bool:

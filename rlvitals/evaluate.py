@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import NamedTuple
 
@@ -26,11 +27,14 @@ class LoadedCheckpoint(NamedTuple):
     action_space: gym.Space
 
 
-def open_checkpoint(run_dir: str | Path | None, checkpoint: str = "latest") -> LoadedCheckpoint:
+def open_checkpoint(run_dir: str | Path | None, checkpoint: str = "latest", env: str | None = None
+                    ) -> LoadedCheckpoint:
     """A checkpoint's config and network, in eval mode; ConfigError or ValueError (one line) when unusable.
 
     `checkpoint` is latest, best or update-<N> of `run_dir`, or a path to a checkpoint file (run_dir
-    then may be None). The env is built and stepped once, and the network must fit its spaces.
+    then may be None); with both, the file must be one of the run's own. The env is built and stepped
+    once, and the network must fit its spaces. A checkpoint is data: where its env is `module:EnvId`, the
+    module is imported only when the caller names that env (`env`) or has imported the module already.
     """
     from .checkpoint import check_network_fits
     from .env_preflight import atari_options, check_env_usable
@@ -44,6 +48,8 @@ def open_checkpoint(run_dir: str | Path | None, checkpoint: str = "latest") -> L
         cfg = build_config(None, state["config"])
     except ConfigError as exc:
         raise ConfigError(f"checkpoint {str(ckpt)!r} holds a config this version cannot use: {exc}") from None
+    check_env_named(ckpt, cfg.env, env)
+    check_own_checkpoint(run_dir, ckpt, state)
     obs_space, action_space = check_env_usable(cfg, atari_options(cfg))
     check_network_fits(ckpt, state)
     net = make_network(cfg, obs_space, action_space)
@@ -53,9 +59,44 @@ def open_checkpoint(run_dir: str | Path | None, checkpoint: str = "latest") -> L
     return LoadedCheckpoint(cfg, net, ckpt, updates, obs_space, action_space)
 
 
-def load_network(run_dir: str | Path | None, checkpoint: str = "latest") -> tuple[TrainConfig, ActorCritic]:
+def check_env_named(ckpt: Path, trained_on: str, named: str | None) -> None:
+    """ConfigError unless building the checkpoint's env imports no module the caller did not ask for.
+
+    `module:EnvId` makes gymnasium import `module`, running its code: the checkpoint (a file from anyone)
+    must not choose that. The caller names the env (eval --env, load_policy(env=...)), or has imported
+    the module itself (a script that registers its env, then loads a policy)."""
+    if named is not None and named != trained_on:
+        raise ConfigError(f"env={named!r} is invalid: checkpoint {str(ckpt)!r} was trained on env {trained_on!r}; "
+                          "expected that env")
+    module = trained_on.partition(":")[0] if ":" in trained_on else None
+    if module is None or named == trained_on or module in sys.modules:
+        return
+    raise ConfigError(f"checkpoint {str(ckpt)!r} was trained on env {trained_on!r}: building it imports module "
+                      f"{module!r}, running its code, and a checkpoint never chooses code to run; expected "
+                      f"--env {trained_on} (load_policy(..., env={trained_on!r})) if you trust that module")
+
+
+def check_own_checkpoint(run_dir: str | Path | None, ckpt: Path, state: dict) -> None:
+    """ConfigError when a checkpoint file given beside a run directory belongs to another run (the result
+    would name one run and hold another's numbers), as a resume refuses it."""
+    if run_dir is None:
+        return
+    from .archive import RunArchive
+
+    try:
+        run_id = RunArchive(Path(run_dir)).run_id
+    except (OSError, ValueError, KeyError, TypeError):  # no readable meta.json: nothing to tell them apart by
+        return
+    if state.get("run_id") is not None and str(state["run_id"]) != run_id:
+        raise ConfigError(f"checkpoint {str(ckpt)!r} belongs to run {state['run_id']}, not to run {run_id} of "
+                          f"run_dir={str(run_dir)!r}; expected one of the run's own checkpoints (latest, best, "
+                          "update-<N>), or the checkpoint's path without --run-dir")
+
+
+def load_network(run_dir: str | Path | None, checkpoint: str = "latest", env: str | None = None
+                 ) -> tuple[TrainConfig, ActorCritic]:
     """(config, network) of a run's checkpoint (its latest by default): `open_checkpoint` without the file's facts."""
-    loaded = open_checkpoint(run_dir, checkpoint)
+    loaded = open_checkpoint(run_dir, checkpoint, env)
     return loaded.cfg, loaded.net
 
 
@@ -79,9 +120,10 @@ def acting(net, greedy: bool):
 
 
 def evaluate_run(run_dir: str | None, episodes: int, greedy: bool = True, seed: int = 12345,
-                 checkpoint: str = "latest") -> dict:
-    """Return statistics of `episodes` episodes of a checkpoint (acting greedily unless `greedy` is False)."""
-    loaded = open_checkpoint(run_dir, checkpoint)
+                 checkpoint: str = "latest", env: str | None = None) -> dict:
+    """Return statistics of `episodes` episodes of a checkpoint (acting greedily unless `greedy` is False);
+    `env`: the env the caller allows to be built when the checkpoint's is `module:EnvId` (open_checkpoint)."""
+    loaded = open_checkpoint(run_dir, checkpoint, env)
     cfg, net = loaded.cfg, loaded.net
     torch.manual_seed(seed)
     net.seed(seed)

@@ -12,9 +12,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import stat
 from pathlib import Path
 
 from .config import ConfigError
+from .config_yaml import NESTING_MAX
 
 SEED_MAX = 2**32 - 1
 """numpy seeds are 32-bit; torch's and the envs' seeds are derived from the run's seed."""
@@ -27,6 +29,10 @@ DURATION_MAX_SECONDS = 30 * 24 * 3600
 """Timeouts and intervals (`*_seconds` fields): 30 days; beyond that sleeps and deadlines overflow."""
 EVAL_EPISODES_MAX = 1_000_000
 """`rlvitals eval` keeps every episode's return in memory."""
+CONFIG_BYTES_MAX = 1 << 20
+"""A config file or a run's config.yaml: a few hundred bytes in practice."""
+JSON_BYTES_MAX = 64 << 20
+"""meta.json, summary.json, verdicts.json of a run: kilobytes in practice."""
 
 FLOAT_BYTES = 4
 PER_SAMPLE_EXTRA_BYTES = 64
@@ -60,6 +66,54 @@ def check_config_limits(cfg) -> None:
     if cfg.num_envs > NUM_ENVS_MAX:
         raise LimitError(f"num_envs={cfg.num_envs} is invalid: expected at most {NUM_ENVS_MAX} per actor "
                          "(spread more over Ray actors with --mode ray --num-actors)")
+
+
+class UnreadableFile(ConfigError):
+    """A file that is not a regular file (a FIFO, a device, a folder) or is larger than its kind may be."""
+
+
+def open_regular(path: str | Path, what: str) -> int:
+    """A read descriptor of `path` once it is known to be a regular file: never blocks on a FIFO, never reads
+    a device. UnreadableFile (one line) otherwise; OSError where it cannot be opened at all."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket")
+        raise UnreadableFile(f"{what} {str(path)!r} is unreadable: it is {kind}, not a regular file; expected a "
+                             "regular file")
+    return fd
+
+
+def read_bounded(path: str | Path, limit: int, what: str) -> bytes:
+    """The bytes of the regular file `path`, at most `limit` of them: UnreadableFile (one line, naming the
+    limit) for a larger file or one that is no regular file; OSError where it cannot be read."""
+    fd = open_regular(path, what)
+    try:
+        if os.fstat(fd).st_size > limit:
+            raise UnreadableFile(f"{what} {str(path)!r} is invalid: it holds {size_text(os.fstat(fd).st_size)}; "
+                                 f"expected at most {size_text(limit)}")
+        with open(fd, "rb", closefd=False) as fh:
+            data = fh.read(limit + 1)  # a file growing meanwhile is still cut at the limit
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise UnreadableFile(f"{what} {str(path)!r} is invalid: it holds more than {size_text(limit)}; "
+                             f"expected at most {size_text(limit)}")
+    return data
+
+
+def check_nesting(name: str, value, limit: int = NESTING_MAX) -> None:
+    """LimitError when `value` nests lists and mappings more than `limit` deep (walked without recursion)."""
+    todo = [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, (list, tuple, dict)):
+            if depth > limit:
+                raise LimitError(f"{name} is invalid: it nests lists and mappings more than {limit} levels deep; "
+                                 f"expected at most {limit}")
+            todo.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
 
 
 def machine_memory() -> int:

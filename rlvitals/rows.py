@@ -97,9 +97,13 @@ class RowWriter:
                 self._call(close, Path(run_dir))
 
     def _call(self, fn, arg) -> bool:
+        from .archive import ArchiveWriteError
+
         try:
             fn(arg)
             return True
+        except ArchiveWriteError:  # the run directory is full, not a bug of the observer: the run ends on it
+            raise
         except Exception:
             if self.strict:
                 raise

@@ -23,6 +23,7 @@ from pathlib import Path
 import psutil
 
 from rlvitals.actors.rollout import Rollout
+from rlvitals.actors.witness import boundary_statistics
 from rlvitals.telemetry.health import HealthMonitor
 from rlvitals.telemetry.interface import or_null
 from rlvitals.telemetry.invariants import InvariantMonitor
@@ -74,6 +75,8 @@ class Run:
         """Learner steps between that network and the learner's when the batch arrived."""
         self.queue_depth: int | None = None
         self.queue_capacity: int | None = None
+        self.actor_accounts = None
+        """Ray mode: the driver's count of rollouts per actor (rlvitals.distributed.accounting), set by the source."""
         self._process = psutil.Process(os.getpid())
         steps_per_update = self._steps_per_update = cfg.update_epochs * cfg.num_minibatches
         self._checkpoint_every = max(1, cfg.checkpoint_interval // steps_per_update)
@@ -117,52 +120,76 @@ class Run:
                 or (self.cfg.stop_at_threshold and self.tracker.solved_after_s is not None))
 
     def learn_step(self, rollout) -> dict:
-        """Everything that happens to a batch that arrived: count, check, learn, record, row, checkpoint."""
+        """Everything that happens to a batch that arrived: count, check, learn, judge, record, row, checkpoint.
+
+        Every part runs in a learner phase (the learner times its own): the phases add up to the loop."""
+        phase = self.telemetry.phase
+        with phase("bookkeeping"):
+            learn = self._arrived(rollout)
+        stats = self.learner.learn(rollout) if learn else {}
+        with phase("invariants"):
+            stats.update(boundary_statistics(rollout))  # what arrived against the env's raw output
+            if self.actor_accounts is not None:
+                stats.update(self.actor_accounts.take_statistic())
+        with phase("bookkeeping"):
+            if learn:
+                n = rollout.env_steps
+                stats["rollouts_alive"] = float(Rollout.alive())  # the batch in hand counts: healthy is small
+                stats["staleness_batches"] = self.staleness / self._steps_per_update
+                mismatch = self.weights_mismatch(rollout)
+                if mismatch is not None:
+                    stats["weights_mismatch"] = mismatch
+                if stats["nonfinite"]:
+                    self.tracker.dropped["nonfinite"] += n
+                else:
+                    self.tracker.learned += n
+                stats.update(self.evidence.learned(n, rollout.policy_age, stats["learner_steps"] > 0,
+                                                   self.queue_capacity, self._process.memory_info().rss,
+                                                   stats["rollouts_alive"]))
+        with phase("invariants"):
+            self.judge(stats, self.tracker.updates + 1)
+        if learn:
+            with phase("telemetry"):
+                self.telemetry.record_learn(stats)  # counts a skipped update's samples as dropped itself
+            with phase("bookkeeping"):
+                self.guard.update_ok(stats, rollout)
+        self.stats = stats
+        self.tracker.updates += 1
+        with phase("rows"):
+            if self.rows.due(self.tracker.updates):
+                self.rows.write(self.row())
+        if self.learner is not None and self.tracker.updates % self._checkpoint_every == 0:
+            with phase("checkpoint"):
+                self.save_checkpoint()
+        with phase("rows"):
+            if self.progress.due():
+                self.progress.update(self.reading())
+        return stats
+
+    def _arrived(self, rollout) -> bool:
+        """Count the batch that arrived; True when the learner should learn from it (learning rate set)."""
         t, n = self.tracker, rollout.env_steps
         t.produced += n
         t.add_rollout(rollout)
         self.policy_age = rollout.policy_age
         self.staleness = self.net.age - rollout.policy_age
-        stats: dict = {}
         if self.learner is None:
             t.learned += n  # probe agents: consumed, nothing to learn
-        elif self._inputs_ok(rollout):
-            if self.cfg.anneal_lr:
-                frac = max(0.0, 1 - t.env_steps / self.cfg.total_env_steps)
-                self.learner.set_learning_rate(self.cfg.learning_rate * frac)
-            stats = self.learner.learn(rollout)
-            stats["rollouts_alive"] = float(Rollout.alive())  # the batch in hand counts: healthy is small
-            stats["staleness_batches"] = self.staleness / self._steps_per_update
-            mismatch = self.weights_mismatch(rollout)
-            if mismatch is not None:
-                stats["weights_mismatch"] = mismatch
-            if stats["nonfinite"]:
-                t.dropped["nonfinite"] += n
-            else:
-                t.learned += n
-            stats.update(self.evidence.learned(n, rollout.policy_age, stats["learner_steps"] > 0, self.queue_capacity,
-                                               self._process.memory_info().rss, stats["rollouts_alive"]))
-            self.judge(stats, t.updates + 1)
-            self.telemetry.record_learn(stats)  # counts a skipped update's samples as dropped itself
-            self.guard.update_ok(stats, rollout)
-        else:
-            self.judge(stats, t.updates + 1)
-        self.stats = stats
-        t.updates += 1
-        if self.rows.due(t.updates):
-            self.rows.write(self.row())
-        if self.learner is not None and t.updates % self._checkpoint_every == 0:
-            self.save_checkpoint()
-        if self.progress.due():
-            self.progress.update(self.reading())
-        return stats
+            return False
+        if not self._inputs_ok(rollout):
+            return False
+        if self.cfg.anneal_lr:
+            frac = max(0.0, 1 - t.env_steps / self.cfg.total_env_steps)
+            self.learner.set_learning_rate(self.cfg.learning_rate * frac)
+        return True
 
     def report_idle(self) -> None:
         """Between learn steps that do not come (every batch dropped): a row every few seconds, the progress line."""
-        if self.rows.idle_due():
-            self.rows.write(self.row())
-        if self.progress.due():
-            self.progress.update(self.reading())
+        with self.telemetry.phase("rows"):
+            if self.rows.idle_due():
+                self.rows.write(self.row())
+            if self.progress.due():
+                self.progress.update(self.reading())
 
     def _inputs_ok(self, rollout) -> bool:
         ok = False
@@ -261,14 +288,17 @@ class Run:
         self.progress.finish(self.reading())  # first: what is printed next (a write error) starts on a new line
         t = self.tracker
         if self.learner is not None and t.updates > 0:
-            self.save_checkpoint()
+            with self.telemetry.phase("checkpoint"):
+                self.save_checkpoint()
         if t.produced > 0 and self.judge({"inv_run_without_updates": float(t.updates == 0)}, t.updates):
             self.rows.last_updates = None   # a whole-run judgement broke: the last row must carry it
         if self.rows.last_updates != t.updates or self.rows.last_dropped_stale != t.dropped["stale"]:
-            self.rows.write(self.row())
+            with self.telemetry.phase("rows"):
+                self.rows.write(self.row())
         verdicts = self.health.finish()
         summary = {**t.summary(self.net.age, self.cfg.agent), "status": status, **extra,
-                   "nonfinite_batches_skipped": self.guard.skipped, "samples": t.accounting(),
+                   "nonfinite_batches_skipped": self.guard.skipped,
+                   "samples": {**t.accounting(), **extra.get("samples", {})},
                    "judgement": {**t.judgement(), "invariants_broken": dict(self.invariants.broken_at)},
                    "verdicts": {s: sum(v.severity == s for v in verdicts) for s in SEVERITIES}}
         self.archive.write_summary(summary)

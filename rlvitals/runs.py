@@ -5,12 +5,15 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import os
 from pathlib import Path
 from typing import get_origin
 
 import yaml
 
-from .config import RETIRED_FIELDS, ConfigError, TrainConfig, coerce, field_types
+from .config import RETIRED_FIELDS, ConfigError, TrainConfig, coerce, field_types, load_yaml
+from .config_yaml import parse_yaml
+from .limits import JSON_BYTES_MAX, read_bounded
 from .status import status_and_cause
 
 IDENTITY = ("env", "agent", "seed", "mode", "run_dir", "total_env_steps", "progress", "metrics_port",
@@ -19,24 +22,53 @@ IDENTITY = ("env", "agent", "seed", "mode", "run_dir", "total_env_steps", "progr
             *RETIRED_FIELDS)  # older runs' config.yaml holds them; they never set anything
 
 
+SUMMARY_TEXT = ("algorithm", "status", "cause", "archive_error")
+"""summary.json's text fields; every other field is a number, null, or a mapping of them (samples, verdicts)."""
+
+
+def clean_summary(summary: dict, depth: int = 0) -> tuple[dict, int]:
+    """summary.json with only the values a reader can use, and how many were dropped: text where a number
+    belongs, a 400-digit integer, a list. A run directory may come from anyone; one bad value loses that
+    value, never the run or the table."""
+    from rlvitals.telemetry.health import usable_number
+
+    kept, dropped = {}, 0
+    for key, value in summary.items():
+        if key in SUMMARY_TEXT:
+            ok = value is None or isinstance(value, str)
+        elif isinstance(value, dict) and depth < 2:
+            value, inner = clean_summary(value, depth + 1)
+            ok, dropped = True, dropped + inner
+        else:
+            ok = value is None or usable_number(value)
+        if ok:
+            kept[key] = value
+        else:
+            dropped += 1
+    return kept, dropped
+
+
 def _load(run: Path) -> dict | None:
     """The run's config and summary; None for a folder that is not a readable run (a torn summary is named)."""
     try:
-        config = yaml.safe_load((run / "config.yaml").read_text()) or {}
-    except (OSError, ValueError, yaml.YAMLError):
-        return None
-    if not isinstance(config, dict):  # some other tool's config.yaml
+        config = load_yaml(run / "config.yaml", what="config.yaml")
+    except ConfigError as exc:  # some other tool's config.yaml, or a hostile one: named, never expanded
+        logging.getLogger("rlvitals.runs").warning("skipped run %s: %s", run, " ".join(str(exc).split()))
         return None
     summary: object = {}
-    if (run / "summary.json").is_file():
+    if os.path.lexists(run / "summary.json"):
         try:
-            summary = json.loads((run / "summary.json").read_text())
-        except (OSError, ValueError):  # torn by a crash mid-write, or not text
+            summary = json.loads(read_bounded(run / "summary.json", JSON_BYTES_MAX, "summary.json"))
+        except (OSError, ValueError, RecursionError):  # torn by a crash mid-write, not text, a FIFO, too large
             summary = None
     if not isinstance(summary, dict):
         logging.getLogger("rlvitals.runs").warning(
             "skipped run %s: its summary.json is torn or not a JSON object", run)
         return None
+    summary, dropped = clean_summary(summary)
+    if dropped:
+        logging.getLogger("rlvitals.runs").warning(
+            "run %s: %d value(s) of its summary.json are of the wrong type or beyond 64 bits; shown as -", run, dropped)
     return {"path": str(run), "config": config, "summary": summary}
 
 
@@ -107,7 +139,7 @@ class _Key:
         """A --filter value as the key's values are typed: 1e-3 equals 0.001, true equals yes, 64,64 a tuple."""
         try:
             if self.path:
-                return yaml.safe_load(text)
+                return parse_yaml(text)
             return coerce(self.field, text) if self.field else text
         except (ConfigError, yaml.YAMLError) as exc:
             raise ValueError(f"--filter {given!r}: {' '.join(str(exc).split())}") from None
@@ -127,7 +159,10 @@ def _equal(value, wanted, typed: bool) -> bool:
 def _order(value) -> tuple:
     """A sort key every value has, whatever its type: numbers, then text, then lists of numbers, then the rest."""
     if isinstance(value, (bool, int, float)):
-        return (0, float(value))
+        try:
+            return (0, float(value))
+        except OverflowError:  # an integer beyond float range (a hand-edited config): past every float
+            return (0, float("inf") if value > 0 else float("-inf"))
     if isinstance(value, str):
         return (1, value)
     if isinstance(value, (list, tuple)) and all(isinstance(v, (int, float)) for v in value):

@@ -47,11 +47,13 @@ class LocalRollouts:
         run = self.run
         # One process: the learner's "wait for data" is the actor's collection, and the
         # hand-off "queue" holds at most the one rollout being learned from.
-        run.weights_handed_out()
+        with run.telemetry.phase("publish"):  # the fingerprint of the weights that act
+            run.weights_handed_out()
         with run.telemetry.phase("wait"):
             rollout = self.runner.collect(self.agent, run.cfg.rollout_length)
-        run.telemetry.record_rollout(rollout)  # this process is the actor too
-        run.queue(0, 1)
+        with run.telemetry.phase("telemetry"):
+            run.telemetry.record_rollout(rollout)  # this process is the actor too
+            run.queue(0, 1)
         return rollout
 
     def drain(self) -> None:

@@ -242,11 +242,18 @@ METRICS: tuple[Metric, ...] = (
            "alert of the same name fires on it and names the component that owns the invariant.",
            labels=("invariant",), label_values={"invariant": INVARIANT_NAMES}, source="inv_broken_{invariant}"),
     Metric("rlvitals_learner_phase_seconds_total", "counter", "learner", "standard", "s",
-           "Seconds the learner spent in each phase. rate() gives the fraction of time per phase; a large "
-           "`wait` share means the learner is starved by the actors, a large `publish` share means weight "
-           "broadcasts are too big or too frequent.",
+           "Seconds the learner spent in each phase; the phases cover the whole learner loop, so they add up "
+           "to its wall time. `wait`: fetching and unpacking rollouts (or, local mode, collecting them); "
+           "`transfer`: to the device; `targets`: V-trace targets and the batch's statistics at arrival; "
+           "`forward_backward` and `optimizer` (clipping, steps, running sums): the minibatch steps; "
+           "`statistics`: the update's statistics copied to the host (on a GPU, where queued kernels are "
+           "waited for); `publish`: weights handed to actors; `telemetry`, `rows`, `checkpoint`: recording; "
+           "`bookkeeping`: counting, the non-finite guard, the rest. rate() gives the fraction of time per "
+           "phase; a large `wait` share means the learner is starved by the actors, a large `publish` share "
+           "means weight broadcasts are too big or too frequent.",
            labels=("phase",),
-           label_values={"phase": ("wait", "transfer", "forward_backward", "optimizer", "publish")},
+           label_values={"phase": ("wait", "transfer", "targets", "forward_backward", "optimizer", "statistics",
+                                   "publish", "invariants", "telemetry", "rows", "checkpoint", "bookkeeping")},
            source="time_{phase}", not_in_rows=TIMINGS_NOT_IN_ROWS),
     Metric("rlvitals_learner_value_trace", "gauge", "learner", "debug", "none",
            "Value and reward along one recent trajectory of the batch (fixed length: the rollout). Healthy: "

@@ -16,8 +16,11 @@ replay a recorded run.
 from __future__ import annotations
 
 import bisect
+import errno
 import json
 import math
+import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -162,21 +165,102 @@ def _max_offset(rule: Rule) -> float:
     return walk(rule.expr)
 
 
-def read_rows(path: str | Path) -> list[dict]:
-    """metrics.jsonl rows; a partial last line (a run still writing, or killed mid-line) is skipped."""
-    rows = []
-    try:
-        lines = Path(path).read_text().splitlines()
-    except FileNotFoundError:
-        return rows
-    for line in lines:
+INT_MAX = 2**63 - 1
+"""Integers a row may hold: int64, as the counters that write them (a TensorBoard step is one too)."""
+LINE_MAX = 1 << 20
+"""Bytes of one metrics.jsonl line at most (a row is a few kilobytes; a debug row with histograms, tens)."""
+
+
+class RowTally:
+    """What reading metrics.jsonl skipped: lines that are no JSON object, and values that are no usable number."""
+
+    def __init__(self):
+        self.bad_lines = 0
+        self.bad_values = 0
+
+
+def usable_number(value) -> bool:
+    """A finite number within float and int64 range (bools count: they are 0 and 1)."""
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return -INT_MAX <= value <= INT_MAX
+    return isinstance(value, float) and math.isfinite(value)
+
+
+def clean_row(row: dict) -> tuple[dict, int]:
+    """The row with only values a reader can use (finite numbers, int64 integers, lists of them: the
+    histograms), and how many values were dropped (a 400-digit integer, a string, a mapping, null).
+
+    A run directory may come from anyone: every reader of recorded rows goes through here."""
+    out, dropped = {}, 0
+    for key, value in row.items():
+        if usable_number(value) or (isinstance(value, list) and _numbers(value)):
+            out[key] = value
+        else:
+            dropped += 1
+    return out, dropped
+
+
+def _numbers(items: list, depth: int = 0) -> bool:
+    """A histogram's [[bucket counts], total]: numbers, or lists of numbers, two levels at most."""
+    return all(usable_number(v) or (depth == 0 and isinstance(v, list) and _numbers(v, 1)) for v in items)
+
+
+def _lines(stream, tally: RowTally):
+    """The lines of a binary stream, each at most LINE_MAX bytes: a longer one is skipped as bad, and never
+    held whole in memory."""
+    while True:
+        line = stream.readline(LINE_MAX + 1)
+        if not line:
+            return
+        if len(line) > LINE_MAX and not line.endswith(b"\n"):
+            tally.bad_lines += 1
+            while line and not line.endswith(b"\n"):  # the rest of the long line
+                line = stream.readline(LINE_MAX)
+            continue
+        yield line
+
+
+def parse_rows(stream, tally: RowTally):
+    """Rows of a binary metrics.jsonl stream, one at a time, cleaned (clean_row); what was skipped is counted
+    in `tally`. A partial last line (a run still writing, or killed mid-line) counts as one bad line."""
+    for line in _lines(stream, tally):
+        if not line.strip():
+            continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # torn, not JSON, a number beyond Python's digit limit, too deep
+            tally.bad_lines += 1
             continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
+        if not isinstance(row, dict):
+            tally.bad_lines += 1
+            continue
+        row, dropped = clean_row(row)
+        tally.bad_values += dropped
+        yield row
+
+
+def open_rows(path: str | Path):
+    """metrics.jsonl opened for reading, or None when there is none; OSError (EINVAL) for a file that is no
+    regular file (a FIFO would block for ever, /dev/zero never ends)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    return open(fd, "rb")
+
+
+def read_rows(path: str | Path) -> list[dict]:
+    """metrics.jsonl rows, cleaned; lines and values that cannot be used are skipped (parse_rows)."""
+    stream = open_rows(path)
+    if stream is None:
+        return []
+    with stream:
+        return list(parse_rows(stream, RowTally()))
 
 
 def evaluate_rows(rows: Iterable[dict], rules: Iterable[Rule] = RULES, step: float = DEFAULT_STEP,

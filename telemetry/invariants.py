@@ -121,39 +121,45 @@ INVARIANTS: tuple[Invariant, ...] = (
         "Stored actions differ from the actions the env received",
         "A witness below the runner saw which action each env was stepped with; the rollout stores another: "
         "the actor stores actions shifted, overwritten or transformed after the step.",
-        "The witness wraps the vector env and records, for a sample of steps, exactly what the env received "
-        "and returned; a correct runner stores the same values, so any difference is a fault (exact, no false "
-        "alarm)."),
+        "The witness (actors/witness.py) wraps the vector env and copies, at every step, exactly what the env "
+        "received and returned; a correct runner stores the same values (continuous actions are compared after "
+        "the clipping the runner applies for the env), so any difference is a fault (exact, no false alarm)."),
     Invariant(
         "boundary_rewards", "boundary", "actor", 1e-6, 2,
         "Stored rewards differ from the rewards the env returned",
         "The rollout's rewards are not the env's rewards at the same step: a shift, a transform or a scale "
         "applied before storing, or rewards of another env.",
-        "Exact copy of the env's float reward (stored as float32: relative difference below 1e-6)."),
+        "The stored reward is the env's reward rounded to float32; the witnessed one is rounded the same way "
+        "before comparing, so a correct run reads exactly 0 (no false alarm)."),
     Invariant(
         "boundary_episode_ends", "boundary", "actor", 0.0, 2,
         "Stored episode ends differ from what the env reported",
         "The rollout's terminated or truncated flags are not the env's: truncation stored as termination (or "
         "the reverse), or ends shifted by a step.",
-        "The flags are copied from the env's own return values; any difference is a fault."),
+        "The flags are copied from the env's own return values; any difference is a fault. Not measured (NaN) "
+        "on an update where neither the env nor the rollout ended an episode."),
     Invariant(
         "boundary_observations", "boundary", "actor", 1e-6, 2,
         "Stored observations differ from what the env emitted",
         "The rollout's observation for a step is not the one the env emitted before it: stored one step off, "
         "or transformed before storing.",
-        "Exact copy (float32 relative difference below 1e-6) of the env's output."),
+        "Exact copy of the env's output, cast to the rollout's dtype; 4 random (t, env) positions per rollout are "
+        "compared after the same cast, so a correct run reads 0. A fault touching a fraction f of positions is "
+        "seen with probability 1 - (1 - f)^4 per rollout."),
     Invariant(
         "boundary_resets", "boundary", "actor", 0.0, 2,
         "Transitions the env did not produce are learned from",
         "A step after an episode ended (the reset of NEXT_STEP autoreset, which has no action's consequence) is "
         "marked valid: the learner trains on transitions that never happened.",
-        "Exact: the step following a done is a reset in every correct rollout."),
+        "Exact: the step following a done is a reset in every correct rollout. Not measured (NaN) on an update "
+        "without a reset step."),
     Invariant(
         "boundary_step_count", "boundary", "actor", 0.0, 2,
         "The rollout's step count differs from the env's own step counter",
         "The env was stepped a different number of times than the rollout says: steps lost or duplicated "
         "between env and rollout.",
-        "Exact count."),
+        "Exact count: env steps (vector steps x envs) and agent steps (those that are not resets) the witness "
+        "saw, against the rollout's T x N and its valid count."),
     Invariant(
         "observation_space", "boundary", "env", 0.01, 5,
         "Observations fall outside the env's declared observation space",
@@ -302,6 +308,13 @@ INVARIANTS: tuple[Invariant, ...] = (
         "rollouts, a replay buffer without a limit, tensors referenced from logged statistics).",
         "Queues are bounded by their capacity; a correct learner frees each batch after its update, so the "
         "rollouts alive never exceed capacity + 4. The count is exact; 16 updates in a row rule out a burst."),
+    Invariant(
+        "actor_accounting", "pipeline", "actor", 0.0, 1,
+        "The learner received more rollouts from an actor than that actor produced",
+        "Ray mode: the driver counts more rollouts from an actor incarnation than the actor's own counters say "
+        "it produced when it delivered them: rollouts are received twice or credited to the wrong actor.",
+        "Each rollout carries its actor's counters as they were when it was delivered, and they count it, so a "
+        "correct pipeline never receives more than was produced. Exact counts: no false alarm."),
     Invariant(
         "run_without_updates", "pipeline", "throughput", 0.0, 1,
         "The run ended without a single update",

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from .fleet_rules import NAMES_WHAT, PROCESSES, RECORDING
 from .promexpr import duration
 from .rules import RULES, Rule, thresholds
 from .verdicts import COMPONENTS
@@ -35,6 +36,8 @@ def alert(rule: Rule) -> dict:
     out["annotations"] = {"summary": rule.summary, "description": rule.check,
                           "runbook_url": f"{RUNBOOK_BASE}#{rule.anchor}",
                           "dashboard": DASHBOARD[rule.component]}
+    if rule.name in PROCESSES:  # a fleet rule: which processes its count is made of
+        out["annotations"]["processes"] = PROCESSES[rule.name]
     return out
 
 
@@ -47,14 +50,21 @@ HEADER = """\
 # rule's section of docs/health.md. Every series is aggregated `by (run_id)` so
 # the processes of one run meet in one value. The offline evaluator
 # (telemetry/health.py) applies the same expressions to a run's metrics.jsonl.
+# Fleet rules (telemetry/fleet_rules.py, group rlvitals-fleet: recording rules of
+# per-actor rates and the fleet's median and spread, then the alerts) are one alert
+# per run whose value counts the processes affected; their `processes` annotation
+# names a few by instance and node.
 """
 
 
 def render_rules() -> str:
     groups = []
     for horizon in ("fast", "slow"):
-        rules = [alert(r) for r in RULES if r.horizon == horizon]
+        rules = [alert(r) for r in RULES if r.horizon == horizon and r.name not in PROCESSES]
         groups.append({"name": f"rlvitals-{horizon}", "rules": rules})
+    # Fleet rules: their recording rules first, so each alert reads this evaluation's fleet statistics.
+    fleet = [{"record": name, "expr": expr} for name, expr in RECORDING]
+    groups.append({"name": "rlvitals-fleet", "rules": fleet + [alert(r) for r in RULES if r.name in PROCESSES]})
     body = yaml.safe_dump({"groups": groups}, sort_keys=False, width=110, allow_unicode=True)
     return HEADER + body
 
@@ -78,7 +88,13 @@ def render_docs() -> str:
            "- **after**: the rule applies only after that many learner updates (start-up transients).",
            "- Row keys are the keys of `metrics.jsonl` (the catalogue's `source`, docs/metrics.md); value-like "
            "thresholds are scale-free: they compare with the reward scale and the horizon 1/(1-gamma).",
-           "- **live only**: reads series the run does not record (scrape health, GPU); Prometheus only.", "",
+           "- **live only**: reads series the run does not record (scrape health, GPU); Prometheus only.",
+           "- **fleet rules** (`telemetry/fleet_rules.py`) compare each actor with its peers: the fleet's median and "
+           "its spread (1.4826 x the median absolute deviation), with a floor on the spread so a fleet of ordinary "
+           "spread never alerts. Each is one alert per run (and kind of process) whose value counts the processes "
+           "affected; its `processes` annotation names a few by instance and node. They are live only: a run's "
+           "rows hold run-level values, not one per actor, so `verdicts.json` cannot name an actor; Prometheus "
+           "(and Alertmanager) does.", "",
            "## Verdicts", "",
            "`verdicts.json` in the run directory and `rlvitals doctor --json` print a JSON list of objects "
            "with these fields (a stable interface; fields are only ever added):", "",
@@ -91,18 +107,27 @@ def render_docs() -> str:
            "| `message` | what was seen and what to check |", "",
            "## Components", "", "| component | what it covers |", "|---|---|"]
     out += [f"| `{name}` | {text} |" for name, text in COMPONENTS.items()]
+    out += ["", "## Fleet recording rules", "",
+            "The fleet rules compare each actor with these, recorded once per evaluation in the `rlvitals-fleet` "
+            "group (`actor:` one series per actor, `run:` one per run):", "", "| series | PromQL |", "|---|---|"]
+    out += [f"| `{name}` | `{expr}` |" for name, expr in RECORDING]
     out += ["", "## Rules", "", "| rule | horizon | severity | component | hold |", "|---|---|---|---|---|"]
     out += [f"| [{r.name}](#{r.anchor}) | {r.horizon} | {r.severity} | {r.component} | {r.hold_seconds} s |"
             for r in RULES]
     for r in RULES:
         summary = r.summary.replace(" in run {{ $labels.run_id }}", "").replace("{{ $labels.component }}", "")
+        summary = summary.replace("{{ $value }}", "N").replace(" {{ $labels.process }}", "").replace(
+            " of run {{ $labels.run_id }}", "")
         out += ["", f"### {r.name}", "", f"{summary}.", "",
                 f"- component: `{r.component}`; severity: {r.severity}; horizon: {r.horizon}; "
                 f"hold: {r.hold_seconds} s" + (f"; after {r.after_updates} updates" if r.after_updates else ""),
                 f"- reads: {', '.join(f'`{k}`' for k in sorted(r.condition.keys())) or 'live series only'}"
                 + (" (live only)" if r.live_only else ""),
                 f"- thresholds drawn: {_threshold_text(r)}",
-                f"- PromQL: `{r.promql()}`", "", r.check]
+                f"- PromQL: `{r.promql()}`"]
+        if r.name in PROCESSES:
+            out += [f"- its value counts the processes affected; its `processes` annotation says {NAMES_WHAT[r.name]}"]
+        out += ["", r.check]
     return "\n".join(out) + "\n"
 
 

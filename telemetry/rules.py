@@ -356,11 +356,6 @@ RULES: tuple[Rule, ...] = (
          "Steps per second halved and stayed there: something accumulates (memory, log files, queues) or a "
          "node slowed down. Compare the actors' phase times and memory.", after_updates=100),
     # ------------------------------------------------------------------ live only
-    Rule("RLComponentDown", Live('up{component=~"local|learner|actor|node"} == 0', ("up",)), 120, "fast",
-         "critical", "throughput",
-         "A {{ $labels.component }} process of run {{ $labels.run_id }} is down",
-         "Prometheus cannot scrape a process that announced itself: it crashed, hangs, or its node is gone. "
-         "Discovery files of processes that ended are removed, so a down target is a live problem."),
     Rule("RLActorRestartingRepeatedly",
          Live("increase(rlvitals_actor_restarts_total[30m]) > 2", ("rlvitals_actor_restarts_total",)), 0,
          "slow", "warning", "actor",
@@ -388,6 +383,10 @@ def invariant_rule(inv: Invariant) -> Rule:
 
 
 RULES = RULES + tuple(invariant_rule(inv) for inv in INVARIANTS)
+
+from .fleet_rules import fleet_rules  # noqa: E402  (one alert per run however many processes: RLComponentDown too)
+
+RULES += fleet_rules()
 
 BY_RULE: dict[str, Rule] = {r.name: r for r in RULES}
 

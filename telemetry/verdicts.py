@@ -7,6 +7,7 @@ and the component vocabulary are a stable interface: add fields, never rename.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -57,8 +58,14 @@ def write_verdicts(path: str | Path, verdicts: list[Verdict]) -> None:
     """verdicts.json: a JSON list of verdict objects, written atomically."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps([v.to_dict() for v in verdicts], indent=1) + "\n")
-    tmp.replace(path)
+    try:  # a full disk leaves no temporary; a link planted under its name is not followed
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with open(fd, "w") as fh:
+            fh.write(json.dumps([v.to_dict() for v in verdicts], indent=1) + "\n")
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def print_verdict(verdict: Verdict, stream=None) -> None:

@@ -1,14 +1,16 @@
 """Run a planted bug (or none) on a real env and collect what the health rules said, and when.
 
 Shared by tests/test_diagnosis.py and bench/diagnosis.py. A run stops as soon
-as a warning-or-worse verdict fires (the diagnosis is in), or after its time
-budget of run seconds.
+as a warning-or-worse verdict fires (the diagnosis is in), or once `until`
+says the event a test waits for has happened, or after its time budget of run
+seconds: in a test, an upper bound that only a hung run reaches.
 """
 
 from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,13 +65,18 @@ def slow_down(mp: pytest.MonkeyPatch, factor: float) -> None:
 
 
 def diagnose(run_dir: Path, env: str = "CartPole-v1", bug: PlantedBug | None = None, budget_s: float = 60.0,
-             stop_on_verdict: bool = True, seed: int = 0, slowdown: float = 1.0, **overrides) -> Diagnosis:
+             stop_on_verdict: bool = True, seed: int = 0, slowdown: float = 1.0,
+             until: Callable[[list[dict], list[Verdict]], bool] | None = None, **overrides) -> Diagnosis:
+    """`until(rows, loud)`: stop once true, given the rows written so far and the loud verdicts fired so far.
+    `slowdown`: every collection takes that many times as long (a slower machine)."""
     loud: list[Verdict] = []
+    rows: list[dict] = []
 
     started = time.monotonic()
 
     def stop() -> bool:
-        return (stop_on_verdict and bool(loud)) or time.monotonic() - started > budget_s
+        return ((stop_on_verdict and bool(loud)) or (until is not None and until(rows, loud))
+                or time.monotonic() - started > budget_s)
 
     if bug is not None and env == "CartPole-v1":
         env = bug.env   # the env the bug was designed on (a continuous-action one for some)
@@ -85,7 +92,7 @@ def diagnose(run_dir: Path, env: str = "CartPole-v1", bug: PlantedBug | None = N
                 slow_down(mp, slowdown)
             if bug is not None:
                 bug.apply(mp)
-            summary, path = train_in(cfg, ["diagnose"], stop=stop, observers=[monitor_hook])
+            summary, path = train_in(cfg, ["diagnose"], stop=stop, observers=[monitor_hook, rows.append])
     finally:
         if owns_ray:
             import ray

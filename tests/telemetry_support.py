@@ -28,7 +28,8 @@ from rlvitals.telemetry.recorder import Recorder
 
 CPU = torch.device("cpu")
 LIVE_LEVELS = ("minimal", "standard", "debug")
-LIVE_STEPS = 20_000
+LIVE_STEPS = 50_000_000
+"""Far more steps than a live run takes: the tests stop it with SIGTERM once they have seen what they check."""
 
 # A tiny env in which every statistic is defined: 3 to 5 steps per episode, a final reward that
 # varies (with an observed sign and the last action), success reported in `info`. Written to a
@@ -111,7 +112,8 @@ def fake_learner_stats(offset: float = 0.0) -> dict:
         for _, key in label_sets(m):
             stats[key] = offset + 0.5 + 0.25 * len(stats)
     stats.pop("training_intensity")  # the recorder computes it
-    for key in ("time_wait", "time_publish"):  # reported with record_phase, not by learn()
+    for key in ("time_wait", "time_publish", "time_telemetry", "time_rows", "time_checkpoint",
+                "time_bookkeeping"):  # reported with record_phase, not by learn()
         stats.pop(key)
     stats.update(staleness=3.0, samples=64.0, samples_learned=256.0, nonfinite=0.0, nonfinite_samples=0.0)
     return stats

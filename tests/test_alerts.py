@@ -20,6 +20,7 @@ import yaml
 
 from rlvitals.telemetry import rulegen
 from rlvitals.telemetry.catalogue import BY_NAME
+from rlvitals.telemetry.fleet_rules import PROCESSES, RECORDING
 from rlvitals.telemetry.health import HealthMonitor, RowSeries, evaluate_rows
 from rlvitals.telemetry.promexpr import Delta, Series
 from rlvitals.telemetry.rules import RULES, Live, S, thresholds
@@ -36,7 +37,7 @@ def test_generated_files_are_current():
 def test_promtool_accepts_the_rules():
     result = subprocess.run(["promtool", "check", "rules", str(rulegen.RULES_FILE)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"SUCCESS: {len(RULES)} rules found" in result.stdout
+    assert f"SUCCESS: {len(RULES) + len(RECORDING)} rules found" in result.stdout
 
 
 def test_every_rule_is_well_formed():
@@ -51,9 +52,11 @@ def test_every_rule_is_well_formed():
         if isinstance(rule.condition, Live):
             assert all(n == "up" or n in BY_NAME for n in rule.condition.reads), rule.name
     generated = yaml.safe_load(rulegen.RULES_FILE.read_text())
-    alerts = [r for g in generated["groups"] for r in g["rules"]]
-    assert [a["alert"] for a in alerts] == [r.name for r in RULES if r.horizon == "fast"] + \
-        [r.name for r in RULES if r.horizon == "slow"]
+    alerts = [r for g in generated["groups"] for r in g["rules"] if "alert" in r]
+    assert [a["alert"] for a in alerts] == [r.name for r in RULES if r.horizon == "fast" and r.name not in PROCESSES] \
+        + [r.name for r in RULES if r.horizon == "slow"] + list(PROCESSES)
+    recorded = [r["record"] for g in generated["groups"] for r in g["rules"] if "record" in r]
+    assert recorded == [name for name, _ in RECORDING]
     for a in alerts:
         assert a["labels"]["component"] in COMPONENTS
         anchor = a["annotations"]["runbook_url"].split("#", 1)[1]

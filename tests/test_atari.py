@@ -55,13 +55,21 @@ def test_native_vector_env_is_next_step_with_uint8_frame_stacks():
 
 
 @needs_ale
+def test_gymnasium_wrapper_fallback_without_opencv_says_what_to_install(monkeypatch):
+    from rlvitals.actors.atari import AtariOptions
+
+    monkeypatch.setitem(sys.modules, "cv2", None)  # `import cv2` fails here whether opencv is installed or not
+    with pytest.raises(EnvError, match=r"need opencv: pip install opencv-python-headless, or ale-py>=0\.11"):
+        make_vector_env(PONG, 2, AtariOptions(native=False))
+
+
+@needs_ale
+@pytest.mark.skipif(importlib.util.find_spec("cv2") is None,
+                    reason="opencv is not installed (pip install opencv-python-headless): gymnasium's "
+                           "AtariPreprocessing resizes with it")
 def test_gymnasium_wrapper_fallback_matches_the_native_layout():
     from rlvitals.actors.atari import AtariOptions
 
-    if importlib.util.find_spec("cv2") is None:  # gymnasium's AtariPreprocessing resizes with opencv
-        with pytest.raises(EnvError, match="opencv"):
-            make_vector_env(PONG, 2, AtariOptions(native=False))
-        return
     env = make_vector_env(PONG, 2, AtariOptions(native=False))
     native = make_vector_env(PONG, 2)
     try:

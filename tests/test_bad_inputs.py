@@ -111,6 +111,12 @@ CASES = [
     train("config-binary", ["--config", "{scratch}/binary.yaml"], ["binary.yaml'", "UTF-8"]),
     train("config-alias-bomb", ["--config", "{scratch}/bomb.yaml"], ["bomb.yaml'", "alias"], max_seconds=60),
     train("config-is-a-directory", ["--config", "{scratch}"], ["is unreadable"]),
+    train("config-duplicate-key", ["--config", "{scratch}/duplicate.yaml"],
+          ["duplicate.yaml'", "'seed' appears twice"]),
+    train("config-nested-3000-deep", ["--config", "{scratch}/deep.yaml"], ["deep.yaml'", "more than 32 levels"]),
+    train("config-dev-zero", ["--config", "/dev/zero"], ["'/dev/zero'", "not a regular file"], max_seconds=60),
+    train("config-fifo", ["--config", "{scratch}/fifo"], ["fifo'", "a FIFO"], max_seconds=60),
+    train("config-2-mb", ["--config", "{scratch}/big.yaml"], ["big.yaml'", "at most 1.0 MB"], max_seconds=60),
     # envs that cannot be used
     train("env-module-raises-on-import", ["--env", "bad_envs:ResetRaises-v0"],
           ["'bad_envs'", "RuntimeError", "refuses to be imported"], env={"BAD_ENVS_ON_IMPORT": "raise"}),
@@ -129,6 +135,14 @@ CASES = [
     train("env-kwargs-unparsable", ["--env-kwargs", '{"g": 1'], ["env_kwargs='{\"g\": 1'", "JSON or YAML"]),
     train("env-kwargs-name-refused", ["--env", "Pendulum-v1", "--env-kwargs", '{"gravity": 9.81}'],
           ["env_kwargs={'gravity': 9.81}", "'gravity'", "accepted: g, max_episode_steps, render_mode"]),
+    train("env-kwargs-nested-3000-deep", ["--env-kwargs", "{\"a\": " + "[" * 3000 + "]" * 3000 + "}"],
+          ["env_kwargs=", "more than 32 levels"]),
+    train("env-kwargs-max-episode-steps-negative", ["--env-kwargs", '{"max_episode_steps": -1}'],
+          ["max_episode_steps=-1", ">= 1"]),
+    train("env-kwargs-max-episode-steps-fraction", ["--env-kwargs", "max_episode_steps: 1.5"],
+          ["max_episode_steps=1.5", ">= 1"]),
+    train("env-kwargs-max-episode-steps-inf", ["--env-kwargs", "max_episode_steps: .inf"],
+          ["max_episode_steps=inf", ">= 1"]),
     train("env-kwargs-value-refused", ["--env", "kwargs_envs:KwargsEcho-v0", "--env-kwargs", '{"size": -1}'],
           ["env_kwargs={'size': -1}", "building it raised ValueError"]),
     # resume and eval of runs that no longer fit, or checkpoints that are not what they claim
@@ -140,7 +154,8 @@ CASES = [
          corrupt=edit_checkpoint(lambda s: s["config"].update(env_kwargs={"bogus": 1}))),
     Case("resume-observation-shape-changed", ["train", "--resume", "{copy}", "--total-env-steps", "5000"],
          ["does not fit env 'shaped:Shaped-v0'", "(7,)"], env={"SHAPED_PAD": "3"}, run="shaped"),
-    Case("eval-observation-shape-changed", ["eval", "--run-dir", "{copy}", "--episodes", "1"],
+    Case("eval-observation-shape-changed", ["eval", "--run-dir", "{copy}", "--episodes", "1", "--env",
+                                            "shaped:Shaped-v0"],
          ["does not fit env 'shaped:Shaped-v0'", "(7,)"], env={"SHAPED_PAD": "3"}, run="shaped"),
     Case("resume-checkpoint-tracker-empty", ["train", "--resume", "{copy}", "--total-env-steps", "5000"],
          ["latest.pt'", "incomplete", "env_steps"], run="cartpole",
@@ -179,7 +194,8 @@ CASES = [
          ["seed-1e30.yaml'", "not an rlvitals checkpoint"]),
     Case("eval-checkpoint-foreign-torch-file", ["eval", "--checkpoint", "{scratch}/foreign.pt"],
          ["foreign.pt'", "not an rlvitals checkpoint"]),
-    Case("eval-checkpoint-path-observation-shape-changed", ["eval", "--checkpoint", "{copy}/checkpoints/best.pt"],
+    Case("eval-checkpoint-path-observation-shape-changed", ["eval", "--checkpoint", "{copy}/checkpoints/best.pt",
+                                                            "--env", "shaped:Shaped-v0"],
          ["best.pt'", "does not fit env 'shaped:Shaped-v0'", "(7,)"], env={"SHAPED_PAD": "3"}, run="shaped"),
     Case("eval-sample-and-greedy", ["eval", "--run-dir", "{copy}", "--sample", "--greedy"], ["--greedy", "--sample"],
          run="cartpole"),
@@ -214,6 +230,10 @@ def make_scratch(root: Path) -> None:
     (root / "seed-float.yaml").write_text("seed: 1.0e+30\n")
     (root / "binary.yaml").write_bytes(bytes(range(128, 256)) + b"\x00seed: 1\n")
     (root / "bomb.yaml").write_text(alias_bomb())
+    (root / "duplicate.yaml").write_text("seed: 1\nseed: 2\n")
+    (root / "deep.yaml").write_text("env_kwargs: {a: " + "[" * 3000 + "]" * 3000 + "}\n")
+    (root / "big.yaml").write_text("seed: 1\n" + "# padding\n" * 200_000)
+    os.mkfifo(root / "fifo")
     (root / "a-file").write_text("not a directory\n")
     (root / "empty-dir").mkdir()
     (root / "shaped.py").write_text(SHAPED_ENV)

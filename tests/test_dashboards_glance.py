@@ -187,7 +187,7 @@ def test_throughput_reads_things_per_second_and_kl_reads_nats():
                       and BY_NAME[n].unit in panels.COUNT_UNITS]
             if counts and "rate(" in panel["targets"][0]["expr"]:
                 assert unit.startswith("count:") and unit.endswith("/s"), (panel["title"], unit)
-    assert units["Env steps/s"] == units["Env steps/s per process"] == "count:steps/s"
+    assert units["Env steps/s"] == units["Env steps/s across actors"] == "count:steps/s"
     assert units["Learner samples/s"] == "count:samples/s"
     assert units["KL(behaviour || learner)"] == "suffix:nats"
     assert units["Actor-learner log-prob discrepancy"] == "suffix:nats"

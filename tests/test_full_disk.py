@@ -77,6 +77,19 @@ def test_a_full_disk_ends_the_run_in_one_line_and_a_resume_works_once_space_is_f
     no_temporaries(run)
 
 
+def test_a_full_disk_under_tensorboard_is_the_same_one_line_and_leaves_no_temporary(tmpfs):
+    """--tensorboard adds a writer of its own: its failure ends the run as any other write does (issue 21 item 7)."""
+    run = tmpfs / "run"
+    proc = subprocess.run(CLI + ["train", "--total-env-steps", "100000", "--run-dir", str(run), "--tensorboard", *BIG],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    line = error_line(proc.stderr)
+    assert f"no space left writing {run}/" in line and "summary.json written" in line, line
+    assert f"rlvitals train --resume {run}" in line, line
+    no_temporaries(run)
+    assert json.loads((run / "summary.json").read_text())["status"] == "failed"
+
+
 def _limit_file_size(limit: int):
     def apply():
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
@@ -125,3 +138,33 @@ def test_a_metrics_row_that_does_not_fit_is_cut_back_whole(tmp_path):
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["updates"] for r in rows] == list(range(1, result["written"] + 1)), "a torn or extra row"
     assert (run / "metrics.jsonl").read_bytes().endswith(b"\n")
+
+
+EVENTS = """
+import json, resource, sys
+from rlvitals.archive import ArchiveWriteError, RunArchive
+from rlvitals.report.tensorboard import TensorBoardWriter
+from rlvitals.rows import RowWriter
+archive = RunArchive.create(sys.argv[1], {"env": "CartPole-v1"}, ["test"])
+rows = RowWriter(archive, [TensorBoardWriter(archive.path, flush_secs=0)], strict=False)
+resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
+try:
+    for i in range(1000):  # an event holds each value under a longer tag than the row's key: it fills first
+        rows.write({"updates": i + 1, "env_steps": i, **{f"a_long_metric_name_{k}": 1.0 for k in range(30)}})
+except ArchiveWriteError as exc:
+    archive.write_summary({"status": "failed"})
+    print(json.dumps({"rows": i, "error": str(exc)}))
+archive.close()
+"""
+
+
+def test_an_event_file_that_does_not_fit_ends_the_run_through_the_archive(tmp_path):
+    """The TensorBoard writer's failure is the archive's: raised once, in one line, with the summary written."""
+    run = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-c", EVENTS, str(run)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    result = json.loads(proc.stdout)
+    assert 0 < result["rows"] < 1000, result
+    assert f"writing {run}/events.out.tfevents." in result["error"], result["error"]
+    assert "the events written before it kept" in result["error"] and "summary.json written" in result["error"]
+    no_temporaries(run)

@@ -284,8 +284,13 @@ def test_prometheus_keeps_a_training_run_up_while_hostile_clients_hold_connectio
                 assert time.monotonic() < deadline, f"never up; targets: {prom.targets()}"
                 time.sleep(0.25)
             with Hostile(port) as hostile:
-                time.sleep(12)
-                assert hostile.opened >= 150
+                deadline = time.monotonic() + 60   # only a hung test waits this long for its connections
+                while hostile.opened < 150:
+                    assert time.monotonic() < deadline, f"only {hostile.opened} hostile connections opened"
+                    time.sleep(0.1)
+                # The queries below look back 10 s: a window wholly inside the hostile period (a span of
+                # the measurement itself, not a wait for something to happen).
+                time.sleep(11)
                 slow = [timed_scrape(f"http://127.0.0.1:{port}/metrics") for _ in range(3)]
                 up = prom.query('min_over_time(up{job="rlvitals"}[10s])')
                 samples = prom.query('count_over_time(up{job="rlvitals"}[10s])')

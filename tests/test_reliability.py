@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import free_port, http_get
 
@@ -233,6 +234,21 @@ def test_a_misbehaving_user_env_is_named_with_its_value(tmp_path, env_id, expect
     assert "Traceback" not in err
 
 
+def families(body: bytes) -> set[str]:
+    """Names of the metric families in an exposition; empty unless it ends with a newline and parses whole."""
+    if not body.endswith(b"\n"):
+        return set()
+    try:
+        return {family.name for family in text_string_to_metric_families(body.decode())}
+    except ValueError:
+        return set()
+
+
+def whole(body: bytes, reference: set[str]) -> bool:
+    """A complete /metrics answer: it parses, and no family of a whole answer is missing."""
+    return reference <= families(body)
+
+
 def test_fifty_concurrent_scrapers_are_all_answered_while_training(tmp_path):
     port = free_port()
     proc = start(["train", "--total-env-steps", "100000000", "--run-dir", str(tmp_path / "run"),
@@ -240,13 +256,24 @@ def test_fifty_concurrent_scrapers_are_all_answered_while_training(tmp_path):
     url = f"http://127.0.0.1:{port}/metrics"
     try:
         wait_for(lambda: http_get(url)[0] == 200, timeout=60)
+        # Every family a whole body holds, from one answer before the load; a body cut anywhere lacks some.
+        reference = wait_for(lambda: families(http_get(url)[1]), timeout=60)
+        assert "rlvitals_run_info" in reference
+        first = http_get(url)[1]
+        cut_mid_line = first[: len(first) // 2]
+        cut_at_a_line = first[: cut_mid_line.rindex(b"\n") + 1]
+        assert whole(first, reference) and not whole(cut_mid_line, reference) and not whole(cut_at_a_line, reference)
         stop = time.monotonic() + 10
         answered, failed = [0] * 50, [0] * 50
 
         def scrape(i):
             while time.monotonic() < stop:
-                status, body = http_get(url, timeout=30)
-                if status == 200 and body.rstrip().endswith(b"\n") is False and b"rlvitals_run_info" in body:
+                try:
+                    status, body = http_get(url, timeout=30)
+                    ok = status == 200 and whole(body, reference)
+                except Exception:  # a body cut short (IncompleteRead) is a failed scrape, not a dead thread
+                    ok = False
+                if ok:
                     answered[i] += 1
                 else:
                     failed[i] += 1

@@ -49,16 +49,21 @@ class HangingRun:
         (tmp_path / "hangenv.py").write_text(HANG_ENV)
         self.trigger, self.hung = tmp_path / "trigger", tmp_path / "hung"
         self.run = tmp_path / "run"
+        self.err_path = tmp_path / "stderr.log"   # a file, so a test can read what was said while it runs
         env = {**os.environ, "PYTHONPATH": str(tmp_path), "HANG_TRIGGER": str(self.trigger),
                "HANG_MARK": str(self.hung)}
-        self.proc = subprocess.Popen(CLI + ["train", "--env", "hangenv:Hang-v0", "--total-env-steps", "50000000",
-                                            "--run-dir", str(self.run), *SMALL, *extra],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        with open(self.err_path, "w") as err:
+            self.proc = subprocess.Popen(CLI + ["train", "--env", "hangenv:Hang-v0", "--total-env-steps", "50000000",
+                                                "--run-dir", str(self.run), *SMALL, *extra],
+                                         stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+
+    def stderr(self) -> str:
+        return self.err_path.read_text(errors="replace")
 
     def wait_until(self, predicate, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
         while not predicate():
-            assert self.proc.poll() is None, self.proc.communicate()[1]
+            assert self.proc.poll() is None, self.stderr()
             assert time.monotonic() < deadline, "condition not reached in time"
             time.sleep(0.05)
 
@@ -69,12 +74,12 @@ class HangingRun:
     def end(self, timeout: float) -> tuple[int, str, str, float]:
         t0 = time.monotonic()
         try:
-            out, err = self.proc.communicate(timeout=timeout)
+            out, _ = self.proc.communicate(timeout=timeout)
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
                 self.proc.communicate()
-        return self.proc.returncode, out, err, time.monotonic() - t0
+        return self.proc.returncode, out, self.stderr(), time.monotonic() - t0
 
     def summary(self) -> dict:
         return json.loads((self.run / "summary.json").read_text())
@@ -114,7 +119,7 @@ def test_a_second_sigterm_stops_a_hung_run_at_once(tmp_path):
     run.wait_until(lambda: checkpoint_updates(run.run) >= 1)
     run.hang()
     run.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.5)
+    run.wait_until(lambda: "SIGTERM received: stopping after this update" in run.stderr())  # the first was taken
     run.proc.send_signal(signal.SIGTERM)
     code, out, err, seconds = run.end(timeout=60)
     assert code == 143, err

@@ -106,21 +106,41 @@ def resolve_checkpoint(run_dir: str | Path | None, checkpoint: str = LATEST) -> 
     return path
 
 
-def read_checkpoint(path: Path) -> dict[str, Any]:
-    """A checkpoint file as a dict, loaded with weights_only=True; ValueError (one line) when it is not one."""
+def _load(fd: int, path: Path):
     import torch
 
     try:
-        with warnings.catch_warnings():  # torch's remarks on foreign pickles: the one line below says it all
-            warnings.simplefilter("ignore")
-            state = torch.load(path, map_location="cpu", weights_only=True)
+        with open(fd, "rb", closefd=False) as fh, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's remarks on foreign pickles: the one line below says it all
+            return torch.load(fh, map_location="cpu", weights_only=True)
+    except Exception:  # torn, foreign, or holding objects other than tensors and plain data (never unpickled)
+        raise ValueError(f"checkpoint {str(path)!r} is not an rlvitals checkpoint: it is truncated, corrupt, "
+                         "or holds objects other than tensors and plain data, which are never loaded") from None
+
+
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    """A checkpoint file as a dict, loaded with weights_only=True; ValueError (one line) when it is not one,
+    or is no regular file (a FIFO would block the load for ever), or is larger than this machine's memory."""
+    from ..limits import UnreadableFile, machine_memory, open_regular, size_text
+
+    try:
+        fd = open_regular(path, "checkpoint")  # a FIFO would block torch.load for ever, a device never end
     except IsADirectoryError:
         raise ValueError(f"checkpoint {str(path)!r} is a directory, not an rlvitals checkpoint") from None
     except FileNotFoundError:
         raise ValueError(f"checkpoint {str(path)!r} does not exist") from None
-    except Exception:  # torn, foreign, or holding objects other than tensors and plain data (never unpickled)
-        raise ValueError(f"checkpoint {str(path)!r} is not an rlvitals checkpoint: it is truncated, corrupt, "
-                         "or holds objects other than tensors and plain data, which are never loaded") from None
+    except OSError as exc:
+        raise ValueError(f"checkpoint {str(path)!r} is unreadable: {exc.strerror or exc}") from None
+    except UnreadableFile as exc:
+        raise ValueError(str(exc).replace("expected a regular file", "expected a checkpoint file")) from None
+    try:
+        size, limit = os.fstat(fd).st_size, machine_memory()
+        if size > limit:  # loading it would take more memory than this machine has
+            raise ValueError(f"checkpoint {str(path)!r} is invalid: it holds {size_text(size)}, more than this "
+                             f"machine's {size_text(limit)} of memory; expected an rlvitals checkpoint")
+        state = _load(fd, path)
+    finally:
+        os.close(fd)
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"checkpoint {str(path)!r} is not an rlvitals checkpoint")
     missing = [key for key in CHECKPOINT_KEYS if key not in state]

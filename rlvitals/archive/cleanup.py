@@ -27,13 +27,13 @@ def remove_dead_targets(discovery: Path, everything: bool = False) -> list[str]:
     holding the run's lock: every earlier writer is dead then.
     """
     removed = []
-    if not discovery.is_dir():
+    if discovery.is_symlink() or not discovery.is_dir():  # a link: its target's files are not ours to remove
         return removed
     for path in sorted(discovery.iterdir()):
         match = TARGET_NAME.match(path.name)
         stale = (everything and (path.suffix == ".json" or path.name.endswith(".tmp"))
                  or match is not None and int(match.group(1)) != os.getpid() and not pid_alive(int(match.group(1))))
-        if stale and path.is_file():
+        if stale and not path.is_symlink() and path.is_file():
             path.unlink(missing_ok=True)
             removed.append(f"discovery/{path.name}")
     return removed
@@ -43,8 +43,10 @@ def remove_temporaries(run_dir: Path) -> list[str]:
     """Temporaries of interrupted atomic writes in the run directory and checkpoints/; the names removed."""
     removed = []
     for folder in (run_dir, run_dir / "checkpoints"):
-        if folder.is_dir():
+        if folder.is_dir() and not folder.is_symlink():  # a link: its target's files are not ours to remove
             for path in sorted(folder.glob(".*.tmp")):
+                if path.is_dir() and not path.is_symlink():
+                    continue  # no temporary of ours is a folder
                 path.unlink(missing_ok=True)
                 removed.append(str(path.relative_to(run_dir)))
     return removed

@@ -29,11 +29,19 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from ..config_yaml import dump_yaml
 from .checkpoints import BEST, CHECKPOINT_FORMAT, LATEST, place_as, prune_updates, read_checkpoint, update_file
 from .cleanup import remove_dead_targets, remove_temporaries, trim_metrics
-from .files import ArchiveWriteError, atomic_write_bytes, file_mode, folder_mode, make_folder, set_tree_mode
+from .files import (
+    ArchiveWriteError,
+    LinkRefused,
+    atomic_write_bytes,
+    file_mode,
+    folder_mode,
+    make_folder,
+    refuse_links,
+    set_tree_mode,
+)
 from .lock import lock_run_dir
 from .provenance import code_version, package_versions
 
@@ -81,6 +89,11 @@ class RunArchive:
         self.summary_written = self.summary_failed = False
         self.rows_lost = 0
 
+    def record_failure(self, error: ArchiveWriteError) -> None:
+        """A write into the run directory by someone else (a row observer: TensorBoard's event file) failed:
+        the run ends on it as on a failed write of its own (raised once, noted after)."""
+        self._failed(error)
+
     def _failed(self, error: ArchiveWriteError) -> None:
         """Raise the first write failure; later ones (the run is ending because of it) are only noted."""
         if self.write_error is None:
@@ -92,6 +105,12 @@ class RunArchive:
         """Hold the run directory's lock until close() (or the end of this process). RunDirBusy if taken."""
         if self._lock_fd is None:
             self._lock_fd = lock_run_dir(self.path)
+            try:
+                refuse_links(self.path)  # checked with the lock held: no other rlvitals writer changes it now
+            except LinkRefused:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+                raise
             _LAST[:] = [self]
 
     @classmethod
@@ -114,7 +133,7 @@ class RunArchive:
             "platform": platform.platform(),
             "hostname": socket.gethostname(),
         }
-        atomic_write_bytes(archive.path / "config.yaml", yaml.safe_dump(config, sort_keys=True).encode())
+        atomic_write_bytes(archive.path / "config.yaml", dump_yaml(config).encode())
         atomic_write_bytes(archive.path / "meta.json", json.dumps(meta, indent=2).encode())
         return archive
 
@@ -145,7 +164,7 @@ class RunArchive:
                                                "env_steps": env_steps, "code_version": code_version(),
                                                "metrics_rows_removed": rows_removed, "files_removed": removed})
         atomic_write_bytes(self.path / "meta.json", json.dumps(meta, indent=2).encode())
-        atomic_write_bytes(self.path / "config.yaml", yaml.safe_dump(config, sort_keys=True).encode())
+        atomic_write_bytes(self.path / "config.yaml", dump_yaml(config).encode())
 
     def remove_leftovers(self) -> list[str]:
         """Temporaries of interrupted atomic writes and every discovery file: only while holding the lock."""
@@ -154,7 +173,10 @@ class RunArchive:
 
     @property
     def meta(self) -> dict[str, Any]:
-        return json.loads((self.path / "meta.json").read_text())
+        """meta.json; OSError or ValueError (torn, too large, no regular file) when it cannot be read."""
+        from ..limits import JSON_BYTES_MAX, read_bounded
+
+        return json.loads(read_bounded(self.path / "meta.json", JSON_BYTES_MAX, "meta.json"))
 
     @property
     def run_id(self) -> str:
@@ -164,7 +186,9 @@ class RunArchive:
 
     @property
     def config(self) -> dict[str, Any]:
-        return yaml.safe_load((self.path / "config.yaml").read_text())
+        from ..config import load_yaml
+
+        return load_yaml(self.path / "config.yaml", what="config.yaml")
 
     def append_metrics(self, row: dict[str, Any]) -> None:
         """Append one row whole or not at all (a failed write is cut back, so no torn line stays)."""

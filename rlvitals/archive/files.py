@@ -15,10 +15,19 @@ import os
 import shutil
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .directory import RunArchive
+from ..config import ConfigError
+
+
+class ArchiveState(Protocol):
+    """What a write error reports of the run directory it happened in (directory.RunArchive has these)."""
+
+    path: Path
+    last_checkpoint_updates: int | None
+    summary_written: bool
+    summary_failed: bool
+    rows_lost: int
 
 OWNER_ONLY = 0o700
 GROUP_READABLE = 0o750
@@ -76,10 +85,11 @@ class ArchiveWriteError(RuntimeError):
     composed when shown, so it says how the rest of the archive fared after the failure.
     """
 
-    def __init__(self, path: Path, size: int, error: OSError):
+    def __init__(self, path: Path, size: int, error: OSError, kept: str = "temporary file removed"):
         super().__init__(str(path))
-        self.path, self.size, self.error = Path(path), size, error
-        self.archive: RunArchive | None = None
+        self.path, self.size, self.error, self.kept = Path(path), size, error, kept
+        """kept: what the failed write left, in words (an atomic write leaves nothing: its temporary goes)."""
+        self.archive: ArchiveState | None = None
         try:
             self.free = shutil.disk_usage(self.path.parent).free
         except OSError:
@@ -92,7 +102,7 @@ class ArchiveWriteError(RuntimeError):
     def __str__(self) -> str:
         what = "no space left" if self.no_space else (self.error.strerror or type(self.error).__name__).lower()
         free = f", {size_text(self.free)} free there" if self.free is not None else ""
-        text = f"{what} writing {self.path} ({size_text(self.size)} needed{free}): temporary file removed"
+        text = f"{what} writing {self.path} ({size_text(self.size)} needed{free}): {self.kept}"
         archive = self.archive
         if archive is None:
             return text
@@ -111,12 +121,14 @@ class ArchiveWriteError(RuntimeError):
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write `path` whole or not at all: temp file, fsync, rename, fsync of the folder.
 
-    The file gets its folder's read and write bits (file_mode). ArchiveWriteError when it
-    cannot be written (the temp file is removed, `path` is untouched).
+    The file gets its folder's read and write bits (file_mode). A link planted under the
+    temporary's name is not followed (O_NOFOLLOW), and the rename replaces a link at `path`
+    rather than writing through it. ArchiveWriteError when it cannot be written (the temp
+    file is removed, `path` is untouched).
     """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, file_mode(path.parent))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, file_mode(path.parent))
         with open(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -131,6 +143,27 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         if isinstance(exc, OSError):
             raise ArchiveWriteError(path, len(data), exc) from None
         raise
+
+
+class LinkRefused(ConfigError):
+    """A run directory holds a symbolic link where rlvitals writes: writing would land outside it."""
+
+
+def refuse_links(run_dir: Path) -> None:
+    """LinkRefused (one line) naming the first symbolic link in the run directory, its checkpoints/ or
+    discovery/: a writer appends to metrics.jsonl, truncates it on resume, replaces checkpoints and removes
+    discovery files, and through a link any of these would reach another file of the user's."""
+    for folder in (run_dir, run_dir / "checkpoints", run_dir / "discovery"):
+        if folder != run_dir and folder.is_symlink():
+            link = folder
+        elif not folder.is_dir():
+            continue
+        else:
+            link = next((Path(e.path) for e in os.scandir(folder) if e.is_symlink()), None)
+        if link is not None:
+            raise LinkRefused(f"run_dir={str(run_dir)!r} is invalid: {link.relative_to(run_dir)} is a symbolic "
+                              f"link; expected a run directory without links (rlvitals never writes through one: "
+                              "replace it with the file itself)")
 
 
 def fsync_folder(folder: Path) -> None:

@@ -7,8 +7,10 @@ a writer is alive (`held_by_live_process`: how `rlvitals runs` tells running fro
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -23,9 +25,34 @@ class RunDirBusy(ConfigError):
     """Another live process holds the run directory's lock; the message names its pid."""
 
 
+class LockRefused(ConfigError):
+    """The run directory's `.lock` is not a lock file rlvitals made: a link, a FIFO, a folder."""
+
+
+def open_lock(path: Path, flags: int) -> int:
+    """The lock file's descriptor, never through a link (a run directory may come from anyone: a `.lock`
+    linked to another file would have that file truncated); LockRefused for anything but a plain file."""
+    lock_file = path / LOCK_NAME
+    expected = f"expected a plain file (remove {lock_file} if no rlvitals process uses the run)"
+    try:
+        fd = os.open(lock_file, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        kind = {errno.ELOOP: "a symbolic link", errno.EISDIR: "a directory"}.get(exc.errno)
+        if kind is None:
+            raise
+        raise LockRefused(f"run_dir={str(path)!r} is invalid: its {LOCK_NAME} is {kind}; {expected}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        what = "a file with other names (hard links)" if stat.S_ISREG(info.st_mode) else "not a regular file"
+        raise LockRefused(f"run_dir={str(path)!r} is invalid: its {LOCK_NAME} is {what}; {expected}")
+    return fd
+
+
 def lock_run_dir(path: Path, write_pid: bool = True) -> int:
-    """Take the run directory's exclusive lock; the open descriptor holds it. RunDirBusy when taken."""
-    fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    """Take the run directory's exclusive lock; the open descriptor holds it. RunDirBusy when taken,
+    LockRefused when `.lock` is a link or no plain file."""
+    fd = open_lock(path, os.O_RDWR | os.O_CREAT)
     try:
         _lock_soon(fd)
     except BlockingIOError:
@@ -58,8 +85,8 @@ def held_by_live_process(path: Path) -> bool:
     A shared lock, taken and dropped at once, cannot be had while a writer holds the exclusive one.
     """
     try:
-        fd = os.open(path / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:  # no lock file (a run from before the lock, or a copy), or not ours to read
+        fd = open_lock(path, os.O_RDONLY)
+    except (OSError, LockRefused):  # no lock file (a run from before the lock, or a copy), not ours, or no lock
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -74,10 +101,9 @@ def held_by_live_process(path: Path) -> bool:
 
 def check_not_busy(path: Path) -> None:
     """RunDirBusy when a live process holds the run directory's lock; takes nothing itself."""
-    lock_file = path / LOCK_NAME
-    if not lock_file.is_file():
+    if not os.path.lexists(path / LOCK_NAME):
         return
-    os.close(lock_run_dir(path, write_pid=False))
+    os.close(lock_run_dir(path, write_pid=False))  # refuses a link or a FIFO in one line
 
 
 def pid_alive(pid: int) -> bool:

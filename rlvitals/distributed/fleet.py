@@ -11,6 +11,7 @@ the new incarnation is up. Restarts are counted from the incarnation ledger
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import asdict
 
 from rlvitals.telemetry.process import run_target_labels, write_target
@@ -39,9 +40,15 @@ class Fleet:
         worker_cls = ray.remote(RolloutWorker).options(
             num_cpus=cfg.actor_cpus, num_gpus=cfg.actor_gpus, max_restarts=-1, max_task_retries=0,
             **({"resources": custom} if custom else {}))
+        # Actors get plain values only, which Ray keeps with each actor's creation task: an object ref
+        # or an actor handle as an argument lives in the object store, where a restart after it went
+        # out of scope fails (Ray says so at every start). The ledger is found by its name instead.
+        ledger_name = f"rlvitals-ledger-{run_info['run_id']}-{uuid.uuid4().hex[:8]}"
+        self.ledger = ray.remote(IncarnationLedger).options(num_cpus=0, name=ledger_name).remote()
+        namespace = ray.get_runtime_context().namespace
         cfg_dict = asdict(cfg)
-        self.ledger = ray.remote(IncarnationLedger).options(num_cpus=0).remote()
-        self.actors = [worker_cls.remote(cfg_dict, i, run_info, self.ledger) for i in range(self.num_actors)]
+        self.actors = [worker_cls.remote(cfg_dict, i, run_info, (ledger_name, namespace))
+                       for i in range(self.num_actors)]
         self.sidecars = []
         if cfg.verbosity != "off":
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy

@@ -6,15 +6,19 @@ local mode, and from each other, only in where the batch comes from.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 from rlvitals.actors.rollout import Rollout
+from rlvitals.learner.ppo import pin_rollout
 
 from ..archive import RunArchive
 from ..config import TrainConfig
 from ..parts import env_spaces, seed_everything
 from ..rows import RowObserver
 from ..run import Run, run_info
+from .accounting import ActorAccounts, final_counters
 from .connect import start_ray, stop_ray
 from .fleet import Fleet
 
@@ -24,11 +28,13 @@ class SyncRollouts:
 
     def __init__(self, run: Run, fleet: Fleet):
         self.run, self.fleet, self.ray = run, fleet, fleet.ray
+        self.accounts = run.actor_accounts = ActorAccounts()
 
     def next(self) -> Rollout:
         run, fleet, ray = self.run, self.fleet, self.ray
         weights, weights_age = fleet.publish(run.net)
-        run.weights_handed_out()
+        with run.telemetry.phase("publish"):  # the fingerprint of the weights handed out
+            run.weights_handed_out()
         with run.telemetry.phase("wait"):
             refs = dict(fleet.submit(i, weights, weights_age) for i in range(fleet.num_actors))
             rollouts: dict[int, Rollout] = {}
@@ -37,19 +43,23 @@ class SyncRollouts:
                 task = refs.pop(ready[0])
                 try:
                     rollouts[task[0]] = ray.get(ready[0])
+                    self.accounts.arrived(rollouts[task[0]])
                 except ray.exceptions.RayError as exc:
                     fleet.actor_failed(task, exc)
                     fleet.wait_until_back(task[0])
                     ref, task = fleet.submit(task[0], weights, weights_age)
                     refs[ref] = task
-        run.queue(0, fleet.num_actors)
-        return Rollout.concat([rollouts[i] for i in sorted(rollouts)])
+            batch = Rollout.concat([rollouts[i] for i in sorted(rollouts)])
+        with run.telemetry.phase("telemetry"):
+            run.queue(0, fleet.num_actors)
+        return batch
 
     def drain(self) -> None:
-        pass  # every round is taken whole
+        # Every round is taken whole: nothing is in flight; the actors' own counts close the accounting.
+        self.accounts.final(final_counters(self.ray, self.fleet.actors, DRAIN_SECONDS))
 
     def summary(self) -> dict:
-        return _summary(self.run.cfg, self.fleet)
+        return _summary(self.run.cfg, self.fleet, self.accounts)
 
 
 class AsyncRollouts:
@@ -58,6 +68,8 @@ class AsyncRollouts:
     The actor whose rollout is being learned from gets its next request, with the
     weights that learning produced, when the learner asks for the next batch.
     Rollouts more than `max_staleness` learner steps old are dropped (counted).
+    While the learner learns, the next finished rollout is already fetched and unpacked
+    (`ray.get`) in a background thread, so with a full queue the learner's wait is short.
     """
 
     def __init__(self, run: Run, fleet: Fleet):
@@ -68,7 +80,11 @@ class AsyncRollouts:
         run.weights_handed_out()
         self.in_flight: dict = {}
         """object ref of a requested rollout -> task (actor index, generation)."""
+        self.accounts = run.actor_accounts = ActorAccounts()
         self.owed: int | None = None
+        self.fetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-fetch")
+        self.prefetched: tuple | None = None
+        """(ref, task, future of its ray.get): the next rollout, taken out of `in_flight`, fetched in the background."""
         for _ in range(self.per_actor):
             for i in range(fleet.num_actors):
                 self._submit(i)
@@ -83,57 +99,110 @@ class AsyncRollouts:
         if self.owed is not None:
             if run.learner is not None:
                 self.weights, self.weights_age = fleet.publish(run.net)
-                run.weights_handed_out()
-            self._submit(self.owed)
+            with run.telemetry.phase("publish"):
+                if run.learner is not None:
+                    run.weights_handed_out()
+                self._submit(self.owed)
             self.owed = None
         while True:
             with run.telemetry.phase("wait"):
-                ready, _ = ray.wait(list(self.in_flight) + list(fleet.pending_endpoints), num_returns=1)
-                ref = ready[0]
-                if ref in fleet.pending_endpoints:
-                    back = fleet.endpoint_answered(ref)
-                    for _ in range(self.per_actor if back is not None else 0):
-                        self._submit(back)
-                    continue
-                ref, done_now = self._oldest_ready(ref)
-                task = self.in_flight.pop(ref)
+                _, task, fetched = self._take()
                 try:
-                    rollout = ray.get(ref)
+                    rollout = fetched.result()
                 except ray.exceptions.RayError as exc:
                     fleet.actor_failed(task, exc)  # resubmitted once its endpoint answers
                     continue
-            run.queue(len(done_now), self.capacity)
-            if run.net.age - rollout.policy_age > run.cfg.max_staleness:
-                run.drop("stale", rollout.env_steps)
-                self._submit(task[0])
-                # Back to the run loop: when every batch is stale (weights that never reach the
-                # actors) nothing is learned, yet the run must still stop, write rows and raise alerts.
-                return None
+                depth = self._prefetch()
+            with run.telemetry.phase("bookkeeping"):
+                self.accounts.arrived(rollout)
+                run.queue(depth, self.capacity)
+                if run.net.age - rollout.policy_age > run.cfg.max_staleness:
+                    run.drop("stale", rollout.env_steps)
+                    self._submit(task[0])
+                    # Back to the run loop: when every batch is stale (weights that never reach the
+                    # actors) nothing is learned, yet the run must still stop, write rows and raise alerts.
+                    return None
             self.owed = task[0]
             return rollout
 
-    def _oldest_ready(self, ref) -> tuple:
-        """The earliest-requested finished rollout (`ref` is one finished one), and the others finished now.
+    def _take(self) -> tuple:
+        """(ref, task, future) of the next rollout: the one prefetched, or the earliest-requested to finish."""
+        self._restarted_actors()
+        if self.prefetched is not None:
+            taken, self.prefetched = self.prefetched, None
+            return taken
+        while True:
+            ready, _ = self.ray.wait(list(self.in_flight) + list(self.fleet.pending_endpoints), num_returns=1)
+            if ready[0] in self.fleet.pending_endpoints:
+                self._endpoint_answered(ready[0])
+                continue
+            return self._fetch(self._finished(ready[0])[0])
+
+    def _prefetch(self) -> int:
+        """Start fetching the earliest-requested finished rollout; how many are finished and not taken."""
+        finished = self._finished()
+        if finished:
+            self.prefetched = self._fetch(finished[0])
+        return len(finished)
+
+    def _fetch(self, ref) -> tuple:
+        return ref, self.in_flight.pop(ref), self.fetcher.submit(self._get, ref)
+
+    def _get(self, ref) -> Rollout:
+        """In the fetching thread: the rollout unpacked, and for a CUDA learner staged in pinned memory."""
+        return pin_rollout(self.ray.get(ref), self.run.device)
+
+    def _finished(self, known=None) -> list:
+        """The requested rollouts finished now, earliest-requested first (`known`: one known to be finished).
 
         Ray does not say which ready object `wait` hands back first, and it is not always the oldest: a
         finished rollout passed over again and again went hundreds of learner steps stale and was dropped
         on a healthy run. Taking the oldest bounds a rollout's wait by the requests ahead of it."""
+        if not self.in_flight:
+            return []
         ready = self.ray.wait(list(self.in_flight), num_returns=len(self.in_flight), timeout=0)[0]
         order = {r: i for i, r in enumerate(self.in_flight)}   # insertion order: the order of the requests
-        oldest = min([ref, *ready], key=order.__getitem__)
-        return oldest, [r for r in ready if r != oldest]
+        return sorted(set(ready) | ({known} if known is not None else set()), key=order.__getitem__)
+
+    def _restarted_actors(self) -> None:
+        """Restarted actors whose endpoint answered get their requests (without blocking: the queue may be full)."""
+        pending = list(self.fleet.pending_endpoints)
+        if pending:
+            for ref in self.ray.wait(pending, num_returns=len(pending), timeout=0)[0]:
+                self._endpoint_answered(ref)
+
+    def _endpoint_answered(self, ref) -> None:
+        back = self.fleet.endpoint_answered(ref)
+        for _ in range(self.per_actor if back is not None else 0):
+            self._submit(back)
 
     def drain(self) -> None:
         """Rollouts that actors finished but the learner never took: counted, not silently lost."""
-        for samples in self.fleet.finished_samples(list(self.in_flight)):
+        refs = list(self.in_flight) + ([self.prefetched[0]] if self.prefetched is not None else [])
+        self.prefetched = None
+        # Asked behind the requests still pending: once the actors answer, every rollout they will deliver is done.
+        self.accounts.final(final_counters(self.ray, self.fleet.actors, DRAIN_SECONDS))
+        for samples in self.fleet.finished_samples(refs):
             self.run.left_in_flight(samples)
+        for ref in self.ray.wait(refs, num_returns=len(refs), timeout=0)[0] if refs else ():
+            with contextlib.suppress(self.ray.exceptions.RayError):
+                self.accounts.left_in_flight(self.ray.get(ref))
+
+    def close(self) -> None:
+        """Stop the fetching thread (it only ever fetches finished rollouts, so it ends promptly)."""
+        self.fetcher.shutdown(wait=True, cancel_futures=True)
 
     def summary(self) -> dict:
-        return _summary(self.run.cfg, self.fleet)
+        return _summary(self.run.cfg, self.fleet, self.accounts)
 
 
-def _summary(cfg: TrainConfig, fleet: Fleet) -> dict:
-    return {"mode": "ray", "num_actors": fleet.num_actors, "sync": cfg.sync, "actor_restarts": fleet.count_restarts()}
+DRAIN_SECONDS = 5.0
+"""How long the end of a run waits for the actors' last rollouts and counters."""
+
+
+def _summary(cfg: TrainConfig, fleet: Fleet, accounts: ActorAccounts) -> dict:
+    return {"mode": "ray", "num_actors": fleet.num_actors, "sync": cfg.sync, "actor_restarts": fleet.count_restarts(),
+            "samples": {"actors": accounts.summary()}}
 
 
 def train_ray(cfg: TrainConfig, archive: RunArchive, telemetry=None, stop=None, resume: dict | None = None,
@@ -143,14 +212,17 @@ def train_ray(cfg: TrainConfig, archive: RunArchive, telemetry=None, stop=None, 
     Arguments as for `rlvitals.training.train_local`.
     """
     start_ray(cfg)
-    fleet = None
+    fleet = source = None
     try:
         seed_everything(cfg.seed, cfg.torch_threads)
         obs_space, action_space = env_spaces(cfg)
         run = Run.build(cfg, archive, obs_space, action_space, telemetry, stop, resume, observers)
         fleet = Fleet(cfg, archive, run.telemetry, run_info(cfg, archive))
-        return run.drive(SyncRollouts(run, fleet) if cfg.sync else AsyncRollouts(run, fleet))
+        source = SyncRollouts(run, fleet) if cfg.sync else AsyncRollouts(run, fleet)
+        return run.drive(source)
     finally:
+        if isinstance(source, AsyncRollouts):
+            source.close()
         if fleet is not None:
             fleet.shutdown()
         stop_ray()

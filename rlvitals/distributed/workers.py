@@ -1,8 +1,10 @@
 """The bodies of the Ray actors: rollout workers, the incarnation ledger, and one vitals sidecar per node.
 
 Each runs in a process Ray starts; whatever it needs comes in through its
-constructor arguments (a config dict, run labels), never from the driver's
-globals.
+constructor arguments (a config dict, run labels, the ledger's name), never
+from the driver's globals. The arguments are plain values, never object refs
+or actor handles: Ray keeps plain values with the actor's creation task, so a
+restart always finds them.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from rlvitals.actors.runner import EnvStepError
 from ..config import TrainConfig
 from ..env_preflight import atari_options
 from ..parts import make_agent, make_network, return_discount, seed_everything
+from .accounting import ActorCounters
 
 
 def seed_for_actor(seed: int, actor_id: int) -> int:
@@ -33,11 +36,13 @@ def endpoint_address(telemetry) -> str | None:
 class RolloutWorker:
     """Body of a Ray actor: an env runner plus a CPU copy of the network, and its own telemetry."""
 
-    def __init__(self, cfg_dict: dict, actor_id: int, run_info: dict, ledger=None):
+    def __init__(self, cfg_dict: dict, actor_id: int, run_info: dict, ledger: tuple[str, str] | None = None):
+        """`ledger`: (name, namespace) of the run's IncarnationLedger actor, looked up by name."""
         import ray
 
         if ledger is not None:  # first thing, so even an incarnation killed during start-up is counted
-            ray.get(ledger.started.remote(actor_id, os.getpid()))
+            name, namespace = ledger
+            ray.get(ray.get_actor(name, namespace=namespace).started.remote(actor_id, os.getpid()))
         from rlvitals.actors.runner import EnvRunner
         from rlvitals.telemetry.process import start_telemetry
 
@@ -57,6 +62,7 @@ class RolloutWorker:
         extra = {"actor": str(actor_id)} if cfg.verbosity == "debug" else None
         self.telemetry = start_telemetry("actor", cfg.verbosity, host=host, port=0, run_info=run_info,
                                          extra_labels=extra)
+        self.accounting = ActorCounters(actor_id, os.getpid())  # from here on, every second is in a phase
 
     def endpoint(self) -> dict:
         return {"actor_id": self.actor_id, "address": endpoint_address(self.telemetry), "pid": os.getpid(),
@@ -65,7 +71,7 @@ class RolloutWorker:
     def collect(self, weights: list | None, weights_age: int) -> Rollout:
         import ray
 
-        t0 = time.perf_counter()
+        t0 = self.accounting.task_started()
         if weights and weights_age != self.weights_age:
             self.net.load_state_dict(ray.get(weights[0]))
             self.weights_age = weights_age
@@ -77,9 +83,19 @@ class RolloutWorker:
             # with fresh envs (the driver counts the restart).
             print(f"rlvitals: actor {self.actor_id}: {exc}", file=sys.stderr, flush=True)
             os._exit(3)
+        self.accounting.produced_one()
         rollout.timings["weight_wait"] = waited  # part of the rollout's data, like env_step and inference
-        self.telemetry.record_rollout(rollout)
+        try:
+            self.telemetry.record_rollout(rollout)
+        except Exception as exc:  # produced, never delivered: counted with why
+            self.accounting.dropped_one(type(exc).__name__)
+            raise
+        self.accounting.deliver(rollout, t0, waited)
         return rollout
+
+    def counters(self) -> dict:
+        """This incarnation's own accounting (rollouts produced, delivered, dropped; seconds by phase)."""
+        return self.accounting.snapshot()
 
     def crash(self) -> None:
         """For fault-injection tests: end this process as a kill -9 would."""

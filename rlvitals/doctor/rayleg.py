@@ -55,9 +55,23 @@ def _train(cfg, run_dir: Path, mode: str) -> dict:
             summary = train_ray(cfg, archive)
     finally:
         archive.close()
-    _, net = load_network(str(run_dir))
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    # A run that made no update saved no checkpoint: there is no network to compare, which is itself the finding.
+    net = load_network(str(run_dir))[1] if summary.get("updates", 0) > 0 else None
+    metrics = run_dir / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] if metrics.exists() else []
     return {"net": net, "summary": summary, "rows": rows}
+
+
+def no_update_message(mode: str, run: dict) -> str | None:
+    """Why a leg's run is not judged further: it made no update (None when it made some)."""
+    if run["net"] is not None:
+        return None
+    samples = run["summary"].get("samples", {})
+    dropped = sum(samples.get("dropped", {}).values())
+    return (f"the {mode} run made no update in its whole budget of {run['cfg'].total_env_steps} env steps "
+            f"({samples.get('produced', 0)} samples arrived, {dropped} dropped, {samples.get('in_flight', 0)} left "
+            "in flight): no batch reached the learner's update; check that actors deliver rollouts, that they are "
+            "not all dropped (stale weights), and that the learner is not stalled")
 
 
 def run_ray_leg(seed: int, parent: Path, leg: Leg = REFERENCE, started: float | None = None
@@ -81,43 +95,50 @@ def run_ray_leg(seed: int, parent: Path, leg: Leg = REFERENCE, started: float | 
         runs[mode]["cfg"] = cfg
         runs[mode]["seconds"] = time.perf_counter() - t0
 
+    stalled = {mode: no_update_message(mode, run) for mode, run in runs.items()}
+    for mode, message in stalled.items():
+        if message is not None:
+            lines.append(f"FAIL  {mode:<20} {runs[mode]['seconds']:5.1f}s  no update: nothing to compare")
+            verdict(f"doctor-ray-{mode}-no-update", "throughput", message)
     local, sync, asyn = runs["local"], runs["sync"], runs["async"]
-    same = torch.equal(_outputs(local["net"]), _outputs(sync["net"]))
-    lines.append(f"{'PASS' if same else 'FAIL'}  ray sync, 1 actor   {sync['seconds']:5.1f}s  "
-                 f"{RAY_PROBE.name} values and action probabilities {'equal' if same else 'differ from'} local mode's")
-    if not same:
-        diff = float((_outputs(local["net"]) - _outputs(sync["net"])).abs().max())
-        verdict("doctor-ray-sync-differs-from-local", "weight-sync",
-                f"Ray mode with one synchronous actor does not replay local mode on {RAY_PROBE.name} "
-                f"(outputs differ by up to {diff:.3g}): the actor acts with other weights or other data than "
-                "the learner's; check that weights are published after every update and that the actor loads them")
+    if stalled["local"] is None and stalled["sync"] is None:  # both made updates: compare them
+        same = torch.equal(_outputs(local["net"]), _outputs(sync["net"]))
+        lines.append(f"{'PASS' if same else 'FAIL'}  ray sync, 1 actor   {sync['seconds']:5.1f}s  {RAY_PROBE.name} "
+                     f"values and action probabilities {'equal' if same else 'differ from'} local mode's")
+        if not same:
+            diff = float((_outputs(local["net"]) - _outputs(sync["net"])).abs().max())
+            verdict("doctor-ray-sync-differs-from-local", "weight-sync",
+                    f"Ray mode with one synchronous actor does not replay local mode on {RAY_PROBE.name} "
+                    f"(outputs differ by up to {diff:.3g}): the actor acts with other weights or other data than "
+                    "the learner's; check that weights are published after every update and that the actor loads them")
 
-    cfg = asyn["cfg"]
-    bound = staleness_bound(cfg)
-    staleness = [row["staleness"] for row in asyn["rows"] if "staleness" in row]
-    dropped = asyn["summary"].get("samples", {}).get("dropped", {}).get("stale", 0)
-    checks, frozen, details = evaluate(RAY_PROBE, asyn["net"], cfg.gamma, initial_network(cfg))
-    worst = max(staleness) if staleness else None
-    follows = bool(staleness) and worst <= bound and not dropped
-    lines.append(f"{'PASS' if follows else 'FAIL'}  ray async, 1 actor  {asyn['seconds']:5.1f}s  "
-                 f"staleness max {worst} (bound {bound}) over {len(staleness)} batches, {dropped} samples dropped "
-                 "as stale")
-    if not staleness:
-        verdict("doctor-ray-staleness-unrecorded", "telemetry",
-                "the asynchronous Ray run recorded no `staleness` in metrics.jsonl, so the actor's network age "
-                "cannot be checked against the learner's age")
-    elif not follows:
-        first = next((i for i, s in enumerate(staleness) if s > bound), len(staleness) - 1)
-        verdict("doctor-ray-weights-fall-behind", "weight-sync",
-                f"with one asynchronous actor and rollouts_in_flight={cfg.rollouts_in_flight}, batches should be at "
-                f"most {bound} learner steps old, but batch {first + 1} was {staleness[first]:g} old (max {worst:g}, "
-                f"{dropped} samples dropped as stale): the actor's network age does not follow the learner's age; "
-                "check that new weights are published and that the actor loads them")
-    passed = all(checks.values())
-    lines.append(f"{'PASS' if passed else 'FAIL'}  ray async {RAY_PROBE.name} learned        {'; '.join(details)}")
-    if not passed and follows:
-        verdict("doctor-ray-async-probe-fails", "weight-sync",
-                f"{RAY_PROBE.name} is learned in local mode but not with one asynchronous Ray actor "
-                f"({'; '.join(d for d in details if 'wrong' in d)}): the off-policy correction or what crosses "
-                "the process boundary (observations, actions, behaviour log-probabilities) is wrong")
+    if stalled["async"] is None:
+        cfg = asyn["cfg"]
+        bound = staleness_bound(cfg)
+        staleness = [row["staleness"] for row in asyn["rows"] if "staleness" in row]
+        dropped = asyn["summary"].get("samples", {}).get("dropped", {}).get("stale", 0)
+        checks, frozen, details = evaluate(RAY_PROBE, asyn["net"], cfg.gamma, initial_network(cfg))
+        worst = max(staleness) if staleness else None
+        follows = bool(staleness) and worst <= bound and not dropped
+        lines.append(f"{'PASS' if follows else 'FAIL'}  ray async, 1 actor  {asyn['seconds']:5.1f}s  "
+                     f"staleness max {worst} (bound {bound}) over {len(staleness)} batches, {dropped} samples dropped "
+                     "as stale")
+        if not staleness:
+            verdict("doctor-ray-staleness-unrecorded", "telemetry",
+                    "the asynchronous Ray run recorded no `staleness` in metrics.jsonl, so the actor's network age "
+                    "cannot be checked against the learner's age")
+        elif not follows:
+            first = next((i for i, s in enumerate(staleness) if s > bound), len(staleness) - 1)
+            verdict("doctor-ray-weights-fall-behind", "weight-sync",
+                    f"with one asynchronous actor and rollouts_in_flight={cfg.rollouts_in_flight}, batches should be "
+                    f"at most {bound} learner steps old, but batch {first + 1} was {staleness[first]:g} old (max "
+                    f"{worst:g}, {dropped} samples dropped as stale): the actor's network age does not follow the "
+                    "learner's age; check that new weights are published and that the actor loads them")
+        passed = all(checks.values())
+        lines.append(f"{'PASS' if passed else 'FAIL'}  ray async {RAY_PROBE.name} learned        {'; '.join(details)}")
+        if not passed and follows:
+            verdict("doctor-ray-async-probe-fails", "weight-sync",
+                    f"{RAY_PROBE.name} is learned in local mode but not with one asynchronous Ray actor "
+                    f"({'; '.join(d for d in details if 'wrong' in d)}): the off-policy correction or what crosses "
+                    "the process boundary (observations, actions, behaviour log-probabilities) is wrong")
     return verdicts, lines

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..archive.files import ArchiveWriteError, atomic_write_bytes
 from .rundata import ReportError, load_run, unique_names
 from .signals import bands_for
 from .summary import format_run_summary
@@ -50,10 +51,11 @@ def build_report(run_dirs: list[str], output: str | Path | None = None) -> tuple
     check_output(out)
     unique_names(runs)
     data = render(runs).encode()
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_bytes(data)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+        atomic_write_bytes(out, data)  # whole or not at all, never through a link, with its folder's permissions
+    except ArchiveWriteError as exc:
+        if exc.no_space:
+            raise  # one line saying how much was needed and how much is free (exit 1, as a run's full disk)
+        raise ReportError(f"-o {str(out)!r} is unusable ({exc.error.strerror or exc.error}); expected a writable "
+                          "HTML file path") from None
     return out, len(data)

@@ -223,12 +223,23 @@ def reference_section(names: list[str], docs: Path | None) -> str:
             f"<div class='grid'>{''.join(items)}</div></section>")
 
 
+SCRIPT_ESCAPES = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026",
+                  0x2028: "\\u2028", 0x2029: "\\u2029"}
+"""Characters that JSON may hold as they are but a script element may not: `<!--` and `<script` change how
+the HTML parser reads the rest of the element, `</` ends it. In JSON they can only sit inside strings, where
+the escape means the same character."""
+
+
+def script_json(value) -> str:
+    """`value` as JSON that can sit inside a <script> element whatever text it holds (run names, row keys)."""
+    return json.dumps(value, allow_nan=False, separators=(",", ":")).translate(SCRIPT_ESCAPES)
+
+
 def _figure_html(fig: dict, div_id: str, height: int = 300) -> str:
     """A plot's div and the call that draws it (the JSON made safe to sit inside a script element)."""
-    args = ", ".join(json.dumps(x, allow_nan=False, separators=(",", ":")) for x in (fig["data"], fig["layout"],
-                                                                                     PLOT_CONFIG))
+    args = ", ".join(script_json(x) for x in (fig["data"], fig["layout"], PLOT_CONFIG))
     return (f'<div id="{div_id}" class="plot" style="height:{height}px"></div>'
-            f'<script>Plotly.newPlot("{div_id}", {args.replace("</", "<" + chr(92) + "/")});</script>')
+            f'<script>Plotly.newPlot("{div_id}", {args});</script>')
 
 
 def signals_sections(runs: list[Run], panels: list[Panel]) -> tuple[str, list[str], int]:

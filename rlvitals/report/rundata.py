@@ -11,12 +11,18 @@ from __future__ import annotations
 
 import json
 import math
+import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import yaml
 
+from rlvitals.telemetry.health import RowTally, open_rows, parse_rows
+
+from ..config import ConfigError, load_yaml
+from ..limits import UnreadableFile
+from ..runs import clean_summary
 from ..status import RUNNING, run_status, status_and_cause
 
 RUN_FILES = ("config.yaml", "meta.json", "metrics.jsonl")
@@ -112,54 +118,48 @@ def check_run_dir(path: str) -> Path:
     return p
 
 
-def read_rows(path: Path) -> tuple[list[dict], int]:
-    """The rows of metrics.jsonl that parse as JSON objects, and how many lines did not."""
-    rows, bad = [], 0
-    try:
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
-        return [], 0
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError:
-            bad += 1
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-        else:
-            bad += 1
-    return rows, bad
-
-
-def dedupe(rows: list[dict]) -> list[dict]:
-    """Drop a row that repeats the previous row's (updates, env_steps): the final row of a run can."""
-    out: list[dict] = []
+def deduped(rows: Iterable[dict]) -> Iterator[dict]:
+    """Rows with one that repeats the previous row's (updates, env_steps) merged into it: the final row of a run
+    can."""
+    pending = None
     for row in rows:
-        if out and (row.get("updates"), row.get("env_steps")) == (out[-1].get("updates"), out[-1].get("env_steps")):
-            out[-1] = {**out[-1], **row}
-        else:
-            out.append(row)
-    return out
+        if pending is not None and (row.get("updates"), row.get("env_steps")) == (pending.get("updates"),
+                                                                                   pending.get("env_steps")):
+            pending = {**pending, **row}
+            continue
+        if pending is not None:
+            yield pending
+        pending = row
+    if pending is not None:
+        yield pending
 
 
-def thin(rows: list[dict], limit: int = MAX_POINTS) -> list[dict]:
-    """At most `limit` rows, evenly spaced, first and last kept."""
-    if len(rows) <= limit:
-        return rows
-    step = (len(rows) - 1) / (limit - 1)
-    return [rows[round(i * step)] for i in range(limit)]
+def stream_rows(path: Path, tally: RowTally) -> Iterator[dict]:
+    """metrics.jsonl's usable rows, deduplicated, one at a time (health.parse_rows: bad lines and values
+    skipped and counted in `tally`); nothing when there is no metrics.jsonl. OSError for a file that is no
+    regular file or cannot be read."""
+    stream = open_rows(path)
+    if stream is None:
+        return
+    with stream:
+        yield from deduped(parse_rows(stream, tally))
+
+
+def _time(row: dict) -> float | None:
+    t = row.get("wall_seconds")
+    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None
 
 
 def _read_json(path: Path, notes: list[str], what: str):
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
+    from ..limits import JSON_BYTES_MAX, read_bounded
+
+    if not os.path.lexists(path):
         return None
-    except (OSError, ValueError) as exc:
-        notes.append(f"{what} could not be read ({type(exc).__name__}); it is left out")
+    try:
+        return json.loads(read_bounded(path, JSON_BYTES_MAX, what))
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: torn, not JSON, too large, no regular file
+        why = " ".join(str(exc).split()) if isinstance(exc, UnreadableFile) else type(exc).__name__
+        notes.append(f"{what} could not be read ({why}); it is left out")
         return None
 
 
@@ -167,57 +167,122 @@ HISTORY_POINTS = 20_000
 """Most rule evaluations per rule when the page evaluates a run itself (longer runs: a coarser grid)."""
 
 
-def evaluate_health(rows: list[dict], run_id: str, notes: list[str]):
-    """(verdicts, history) of the offline health evaluator over the rows; (None, None) when it is not there.
+class _Health:
+    """The offline health evaluator fed one row at a time; None verdicts when it is not there or failed."""
 
-    history: rule -> [(run seconds, condition held)] at every evaluation time.
+    def __init__(self, last_time: float, run_id: str, notes: list[str]):
+        self.notes, self.monitor = notes, None
+        try:
+            from rlvitals.telemetry.health import DEFAULT_STEP, HealthMonitor
+        except ImportError:
+            return
+        step = max(DEFAULT_STEP, last_time / HISTORY_POINTS)
+        if step > DEFAULT_STEP:
+            notes.append(f"health rules evaluated every {step:.1f} s of run time (not every {DEFAULT_STEP:g} s): "
+                         "a long run")
+        self.monitor = HealthMonitor(step=step, run_id=run_id)
+        self.monitor.record_history()
+
+    def __call__(self, row: dict) -> None:
+        if self.monitor is not None:
+            self._guarded(self.monitor, row)
+
+    def result(self) -> tuple[list[dict] | None, dict | None]:
+        if self.monitor is None:
+            return None, None
+        verdicts = self._guarded(lambda _: [v.to_dict() for v in self.monitor.finish()], None)
+        return (None, None) if self.monitor is None else (verdicts, self.monitor.history)
+
+    def _guarded(self, fn, arg):
+        try:
+            return fn(arg)
+        except Exception as exc:  # the report must not die of a rule's bug; say so instead
+            self.notes.append(f"the health evaluator failed on this run ({type(exc).__name__}: {exc})")
+            self.monitor = None
+            return None
+
+
+def read_rows(path: Path, run_id: str, notes: list[str], max_points: int = MAX_POINTS):
+    """(rows thinned evenly to `max_points`, rows in all, verdicts and rule history of the health evaluator).
+
+    Two passes over metrics.jsonl, each holding one row at a time: the first counts the rows and finds the
+    run's length, the second feeds the evaluator and keeps the rows to plot. Memory is bounded by
+    `max_points` whatever the run's length; rows appended between the passes are left for the next report.
     """
+    tally = RowTally()
     try:
-        from rlvitals.telemetry.health import DEFAULT_STEP, HealthMonitor
-    except ImportError:
-        return None, None
-    times = [r["wall_seconds"] for r in rows if isinstance(r.get("wall_seconds"), (int, float))]
-    step = max(DEFAULT_STEP, (times[-1] if times else 0) / HISTORY_POINTS)
-    if step > DEFAULT_STEP:
-        notes.append(f"health rules evaluated every {step:.1f} s of run time (not every {DEFAULT_STEP:g} s): "
-                     "a long run")
-    try:
-        monitor = HealthMonitor(step=step, run_id=run_id)
-        monitor.record_history()
-        for row in rows:
-            monitor(row)
-        verdicts = [v.to_dict() for v in monitor.finish()]
-    except Exception as exc:  # the report must not die of a rule's bug; say so instead
-        notes.append(f"the health evaluator failed on this run ({type(exc).__name__}: {exc})")
-        return None, None
-    return verdicts, monitor.history
+        total, last_time = 0, 0.0
+        for row in stream_rows(path, RowTally()):
+            total += 1
+            last_time = _time(row) if _time(row) is not None else last_time
+        health = _Health(last_time, run_id, notes)
+        stride = (total - 1) / (max_points - 1) if total > max_points else 1.0
+        kept: list[dict] = []
+        for i, row in enumerate(stream_rows(path, tally)):
+            if i >= total:
+                break
+            health(row)
+            if i == round(len(kept) * stride):
+                kept.append(row)
+    except OSError as exc:
+        notes.append(f"metrics.jsonl could not be read ({exc.strerror or exc}); no rows are shown")
+        return [], 0, None, None
+    if tally.bad_lines:
+        notes.append(f"{tally.bad_lines} line(s) of metrics.jsonl did not parse and were skipped "
+                     "(a partial last line is normal while the run writes)")
+    if tally.bad_values:
+        notes.append(f"{tally.bad_values} value(s) in metrics.jsonl were no usable number (text, null, beyond "
+                     "64 bits) and were skipped")
+    if total > max_points:
+        notes.append(f"{total} rows thinned evenly to {max_points} points per curve")
+    return kept, total, *health.result()
 
 
-def load_verdicts(run_dir: Path, rows: list[dict], run_id: str, notes: list[str]):
-    """(verdicts, rule history): verdicts.json's verdicts when present, else the evaluator's; None when neither."""
-    verdicts, history = evaluate_health(rows, run_id, notes)
+def load_verdicts(run_dir: Path, evaluated: list[dict] | None, notes: list[str]) -> list[dict] | None:
+    """verdicts.json's verdicts when present (those that are objects with fields of the right types), else
+    the evaluator's; None when neither."""
     path = run_dir / "verdicts.json"
-    if path.is_file():
-        data = _read_json(path, notes, "verdicts.json")
-        if isinstance(data, list):
-            return [v for v in data if isinstance(v, dict)], history
-        if data is not None:
-            notes.append("verdicts.json is not a JSON list; it is left out")
-    return verdicts, history
+    if not os.path.lexists(path):
+        return evaluated
+    data = _read_json(path, notes, "verdicts.json")
+    if isinstance(data, list):
+        kept = [v for v in data if valid_verdict(v)]
+        if len(kept) < len(data):
+            notes.append(f"{len(data) - len(kept)} of verdicts.json's {len(data)} entries are not verdicts "
+                         "(fields of the wrong type) and were left out")
+        return kept
+    if data is not None:
+        notes.append("verdicts.json is not a JSON list; it is left out")
+    return evaluated
+
+
+VERDICT_TEXT = ("rule", "severity", "component", "message")
+VERDICT_NUMBERS = ("first_seconds", "first_update")
+
+
+def valid_verdict(v) -> bool:
+    """A verdict as health.Verdict writes it: text fields text (or absent), times numbers (or null)."""
+    return (isinstance(v, dict) and all(isinstance(v.get(k, ""), str) for k in VERDICT_TEXT)
+            and all(v.get(k) is None or _finite(v[k]) for k in VERDICT_NUMBERS))
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < 1e300
 
 
 def load_run(path: str, max_points: int = MAX_POINTS) -> Run:
     run_dir = check_run_dir(path)
     notes: list[str] = []
     config: dict = {}
-    try:
-        loaded = yaml.safe_load((run_dir / "config.yaml").read_text())
-        config = loaded if isinstance(loaded, dict) else {}
-    except FileNotFoundError:
+    if not os.path.lexists(run_dir / "config.yaml"):
         notes.append("no config.yaml")
-    except (OSError, yaml.YAMLError):
-        notes.append("config.yaml could not be read; the config is left out")
-    meta = _read_json(run_dir / "meta.json", notes, "meta.json") or {}
+    else:
+        try:
+            config = load_yaml(run_dir / "config.yaml", what="config.yaml")
+        except ConfigError as exc:
+            notes.append(f"{' '.join(str(exc).split())}; the config is left out")
+    meta = _read_json(run_dir / "meta.json", notes, "meta.json")
+    meta = meta if isinstance(meta, dict) else {}
     summary = _read_json(run_dir / "summary.json", notes, "summary.json")
     if summary is None:
         notes.append("no summary.json: " + ("the run is still running (a live process holds its lock)"
@@ -225,19 +290,17 @@ def load_run(path: str, max_points: int = MAX_POINTS) -> Run:
                                             "it crashed (it ended without writing one, and no process holds its lock)"))
     elif not isinstance(summary, dict):
         summary = None
-    rows, bad = read_rows(run_dir / "metrics.jsonl")
-    if bad:
-        notes.append(f"{bad} line(s) of metrics.jsonl did not parse and were skipped "
-                     "(a partial last line is normal while the run writes)")
+    else:
+        summary, dropped = clean_summary(summary)
+        if dropped:
+            notes.append(f"{dropped} value(s) of summary.json were of the wrong type or beyond 64 bits and were "
+                         "left out")
+    rows, total, evaluated, history = read_rows(run_dir / "metrics.jsonl", str(meta.get("run_id", "")), notes,
+                                                max_points)
     if not rows:
         notes.append("no metrics rows yet: nothing to plot")
-    rows = dedupe(rows)
-    total = len(rows)
-    if total > max_points:
-        notes.append(f"{total} rows thinned evenly to {max_points} points per curve")
-    verdicts, history = load_verdicts(run_dir, rows, str(meta.get("run_id", "")), notes)
-    return Run(run_dir, run_dir.resolve().name, config, meta, summary, thin(rows, max_points), verdicts, notes,
-               total, history)
+    verdicts = load_verdicts(run_dir, evaluated, notes)
+    return Run(run_dir, run_dir.resolve().name, config, meta, summary, rows, verdicts, notes, total, history)
 
 
 def unique_names(runs: list[Run]) -> None:

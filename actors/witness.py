@@ -1,0 +1,363 @@
+"""A witness of raw env output, below the runner, and the boundary statistics computed from it.
+
+`Witness` wraps the gymnasium vector env the runner steps. It records, in its
+own copies and independently of the runner's storing code, what each env was
+stepped with and what it returned: the action, the reward, the terminated and
+truncated flags, whether the step was a NEXT_STEP reset, the number of steps,
+a few observations at random (t, env) positions, and whether each emitted
+observation belongs to the declared observation space. `take()` hands the
+record of one rollout (a `WitnessRecord`, a few kB) to the runner, which puts
+it on the rollout; it travels with it (pickled through Ray in Ray mode), and
+`boundary_statistics` compares it with the rollout wherever the rollout is
+learned from.
+
+Statistics (row keys; 0 when the invariant holds, larger when broken, NaN
+when the update had nothing to compare: no episode end for the episode-end
+statistic, no reset step for the reset statistic; absent when the rollout
+carries no witness record):
+
+inv_boundary_actions
+    Fraction of witnessed (t, env) positions whose stored action, mapped the
+    way the runner maps it for the env (clipped to the Box bounds for
+    continuous actions), differs from the action the env received.
+    Derivation: the runner stores the action it sampled and steps the env
+    with that action (clipped); both are the same float32 or integer values,
+    so equality is exact. False alarms: none (exact comparison).
+
+inv_boundary_rewards
+    Largest relative difference |stored - env| / max(|env|, 1e-30) over all
+    positions, the env's reward first rounded to float32 as storing rounds
+    it (equal non-finite values count as equal, unequal ones as 1).
+    Derivation: the stored reward is the env's reward rounded to float32;
+    rounding the witnessed one the same way makes the comparison exact, so a
+    correct run reads 0. False alarms: none (a difference of even one float32
+    ulp, 6e-8 relative, is a changed reward; the limit of 1e-6 ignores those).
+
+inv_boundary_episode_ends
+    Number of terminated plus truncated flags that differ from the env's.
+    Derivation: the flags are copied. False alarms: none (exact).
+
+inv_boundary_observations
+    Largest relative difference between the rollout's obs[t, env] and the
+    observation the env emitted before step t (obs[T]: after the last step)
+    at 4 random positions per rollout, the emitted one rounded to the
+    rollout's dtype. Derivation: the runner stores the emitted observation
+    cast to float32 (pixels stay uint8); rounded the same way they are equal,
+    so a correct run reads 0. False alarms: none (exact). Detection: a fault that
+    changes a fraction f of positions is seen with probability
+    1 - (1 - f)^4 per rollout; observations stored a step off or transformed
+    (f near 1) are seen on the first rollout.
+
+inv_boundary_resets
+    Number of steps that follow a done (terminated or truncated, as the env
+    returned them) of the same env, i.e. NEXT_STEP reset transitions, that
+    the rollout marks valid. The witness carries the done of each env's last
+    step into the next rollout. Derivation: in NEXT_STEP autoreset the step
+    after a done only resets the env; its reward and action have no meaning.
+    False alarms: none (exact).
+
+inv_boundary_step_count
+    |env steps the witness saw - the rollout's steps (T x envs)| + |agent
+    steps the witness saw (steps that are not resets) - the rollout's
+    env_steps (its valid count, what the run's step accounting adds up)|.
+    Derivation: both count the same steps. False alarms: none (exact).
+
+inv_observation_space
+    Fraction of emitted observations (one per env per step) that are not in
+    the env's declared observation space: another dtype (kind for Discrete)
+    or shape, a value outside the Box bounds (NaN is outside, as in
+    gymnasium's `contains`), or outside a Discrete's range. Checked on the
+    raw output, before the runner casts it. Derivation: a correct env's
+    observations are members of its observation space. False alarms: envs
+    whose declared bounds are conventions rather than guarantees; the limit
+    (1% for 5 updates in a row) tolerates rare excursions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import gymnasium as gym
+import numpy as np
+
+OBS_SAMPLES = 4
+"""Observations copied per rollout, at random (t, env) positions."""
+TINY = 1e-30
+
+
+@dataclass
+class WitnessRecord:
+    """What the envs of one runner received and returned during one rollout (copies, never views)."""
+
+    actions: np.ndarray
+    """[T, n, ...] actions the env was stepped with (integers in the narrowest dtype that holds them exactly)."""
+    rewards: np.ndarray
+    """[T, n] rewards as the env returned them, float64 ones rounded to float32: the rollout stores float32,
+    and the comparison rounds to the stored dtype anyway."""
+    ends: np.ndarray
+    """[T, n] uint8: bit 0 terminated, bit 1 truncated, as the env returned them."""
+    done_before: np.ndarray
+    """[n] bool: each env's step before this rollout ended an episode (its first step here is a reset)."""
+    steps: int
+    """Env steps taken (vector steps x envs)."""
+    agent_steps: int
+    """Of those, the ones that are not resets."""
+    obs_at: np.ndarray
+    """[K, 2] (t, env) of the observations kept, in the rollout's indexing (obs[t]: before step t)."""
+    obs: np.ndarray
+    """[K, *obs_shape] those observations, as emitted."""
+    outside_space: int
+    """Emitted observations (one per env) not in the declared observation space."""
+    emitted: int
+    """Emitted observations checked."""
+    action_low: np.ndarray | None = None
+    action_high: np.ndarray | None = None
+    """Bounds the runner clips continuous actions to before stepping (None: discrete)."""
+    env_offset: int = 0
+    """Where this runner's envs start in the rollout (several actors' rollouts side by side)."""
+    complete: bool = True
+    """False when some env output could not be recorded (the runner reports such output itself)."""
+
+    @property
+    def terminated(self) -> np.ndarray:
+        return (self.ends & 1).astype(bool)
+
+    @property
+    def truncated(self) -> np.ndarray:
+        return (self.ends & 2).astype(bool)
+
+    @property
+    def resets(self) -> np.ndarray:
+        """[T, n] bool: the step followed a done of the same env (a NEXT_STEP reset)."""
+        done = self.ends.astype(bool)
+        return np.concatenate([self.done_before[None], done[:-1]]) if len(done) else done
+
+    @property
+    def num_envs(self) -> int:
+        return int(self.rewards.shape[1]) if self.rewards.ndim == 2 else 0
+
+    def shifted(self, offset: int) -> WitnessRecord:
+        return replace(self, env_offset=self.env_offset + offset)
+
+
+class Witness(gym.vector.VectorWrapper):
+    """Records what a vector env received and returned, for the rollout between `begin` and `take`."""
+
+    def __init__(self, env: gym.vector.VectorEnv, seed: int = 0, obs_samples: int = OBS_SAMPLES):
+        super().__init__(env)
+        self.n = env.num_envs
+        self.obs_samples = obs_samples
+        self._rng = np.random.default_rng([int(seed), 0x5EED])  # its own stream: the run's draws are untouched
+        space = env.single_action_space
+        self._low = np.asarray(space.low) if isinstance(space, gym.spaces.Box) else None
+        self._high = np.asarray(space.high) if isinstance(space, gym.spaces.Box) else None
+        self._space = SpaceCheck(env.single_observation_space, self.n)
+        self._prev_done = np.zeros(self.n, dtype=bool)
+        self._last_obs = None
+        self._clear(0)
+
+    def _clear(self, num_steps: int) -> None:
+        self._actions, self._rewards, self._ends = [], [], []
+        self._done_before = self._prev_done
+        self._outside = self._emitted = 0
+        self._complete = True
+        self._want: dict[int, list[int]] = {}
+        """t -> envs whose observation obs[t] is to be kept."""
+        self._kept: list[tuple[int, int, np.ndarray]] = []
+        if num_steps > 0 and self.obs_samples > 0:
+            ts = self._rng.integers(0, num_steps + 1, self.obs_samples)
+            es = self._rng.integers(0, self.n, self.obs_samples)
+            for t, e in zip(ts.tolist(), es.tolist(), strict=True):
+                self._want.setdefault(t, []).append(e)
+
+    def _keep(self, t: int, obs) -> None:
+        for e in self._want.get(t, ()):
+            self._kept.append((t, e, np.array(obs[e], copy=True)))
+
+    def _emit(self, obs) -> None:
+        self._last_obs = obs
+        try:
+            self._outside += self._space.outside(obs)
+            self._emitted += self.n
+        except Exception:   # unusable output: the runner reports it; the record says it is incomplete
+            self._complete = False
+
+    # ------------------------------------------------------------- the vector env's interface
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self._prev_done = np.zeros(self.n, dtype=bool)
+        self._emit(obs)
+        return obs, info
+
+    def step(self, actions):
+        self._actions.append(np.array(actions, copy=True))
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        try:
+            t = len(self._rewards)
+            self._rewards.append(np.array(reward, copy=True))
+            term, trunc = np.array(terminated, dtype=bool), np.array(truncated, dtype=bool)
+            self._ends.append(term.astype(np.uint8) | (trunc.astype(np.uint8) << 1))
+            self._prev_done = term | trunc
+            self._keep(t + 1, obs)
+        except Exception:
+            self._complete = False
+        self._emit(obs)
+        return obs, reward, terminated, truncated, info
+
+    # ------------------------------------------------------------- rollouts
+    def begin(self, num_steps: int) -> None:
+        """A rollout of `num_steps` steps starts: pick the observations to keep, keep obs[0]."""
+        self._clear(num_steps)
+        if self._last_obs is not None:
+            self._keep(0, self._last_obs)
+
+    def take(self) -> WitnessRecord:
+        """The record of the steps since `begin`."""
+        n = self.n
+        complete = self._complete
+        try:
+            rewards = _compact(np.stack(self._rewards)) if self._rewards else np.zeros((0, n), np.float32)
+            ends = np.stack(self._ends) if self._ends else np.zeros((0, n), np.uint8)
+            actions = _compact(np.stack(self._actions)) if self._actions else np.zeros((0, n))
+            if rewards.dtype.kind not in "biuf" or actions.dtype.kind not in "biuf":
+                raise TypeError("not numbers")
+        except (ValueError, TypeError):  # ragged or non-numeric output: nothing comparable was recorded
+            complete, rewards, actions, ends = False, np.zeros((0, n)), np.zeros((0, n)), np.zeros((0, n), np.uint8)
+        kept = self._kept
+        obs = np.stack([o for _, _, o in kept]) if kept and len({o.shape for _, _, o in kept}) == 1 else None
+        record = WitnessRecord(
+            actions=actions, rewards=rewards, ends=ends, done_before=np.array(self._done_before, dtype=bool),
+            steps=len(self._actions) * n, agent_steps=0,
+            obs_at=np.array([(t, e) for t, e, _ in kept] if obs is not None else [], dtype=np.int64).reshape(-1, 2),
+            obs=obs if obs is not None else np.zeros(0), outside_space=self._outside, emitted=self._emitted,
+            action_low=self._low, action_high=self._high, complete=complete)
+        record.agent_steps = int((~record.resets).sum())
+        self._clear(0)
+        return record
+
+
+def _compact(values: np.ndarray) -> np.ndarray:
+    """The same values in fewer bytes where that loses nothing the comparison uses: integers in the narrowest
+    dtype that holds them, float64 as float32 (what the rollout stores, and what the comparison rounds to)."""
+    if values.dtype.kind in "iu" and values.size:
+        narrow = values.astype(np.result_type(np.min_scalar_type(values.min()), np.min_scalar_type(values.max())))
+        return narrow if np.array_equal(narrow, values) else values
+    if values.dtype == np.float64:
+        with np.errstate(over="ignore"):
+            return values.astype(np.float32)
+    return values
+
+
+class SpaceCheck:
+    """Counts the rows of a batch of `n` observations that are not in a Box or Discrete space (vectorised)."""
+
+    def __init__(self, space: gym.Space, n: int):
+        self.space, self.n = space, n
+        self.discrete = isinstance(space, gym.spaces.Discrete)
+        self.shape = (n,) if self.discrete else (n, *space.shape)
+        if self.discrete:
+            self.low, self.high = int(space.start), int(space.start + space.n - 1)
+            self.bounded = True
+        else:
+            self.low, self.high = np.asarray(space.low), np.asarray(space.high)
+            # Integer pixels bounded by their dtype's own range cannot leave it: skip the comparison.
+            full = (np.issubdtype(space.dtype, np.integer) and (self.low == np.iinfo(space.dtype).min).all()
+                    and (self.high == np.iinfo(space.dtype).max).all())
+            self.bounded = not full
+
+    def outside(self, obs) -> int:
+        arr = np.asarray(obs)
+        if arr.shape != self.shape:
+            return self.n
+        if self.discrete:
+            if not np.issubdtype(arr.dtype, np.integer):
+                return self.n
+        elif arr.dtype != self.space.dtype:
+            return self.n
+        if not self.bounded:
+            return 0
+        inside = (arr >= self.low) & (arr <= self.high)   # NaN compares False: outside, as in Box.contains
+        return int(self.n - inside.reshape(self.n, -1).all(1).sum())
+
+
+# ----------------------------------------------------------------- the comparison
+STATISTICS = ("inv_boundary_actions", "inv_boundary_rewards", "inv_boundary_episode_ends",
+              "inv_boundary_observations", "inv_boundary_resets", "inv_boundary_step_count", "inv_observation_space")
+
+
+def relative_difference(stored: np.ndarray, witnessed: np.ndarray) -> np.ndarray:
+    """|stored - witnessed| / max(|witnessed|, 1e-30), elementwise, with the witnessed value first rounded to
+    the stored dtype (what storing does to it); equal values (NaN, inf included) give 0, unequal non-finite 1."""
+    stored = np.asarray(stored)
+    with np.errstate(over="ignore", invalid="ignore"):
+        rounded = np.asarray(witnessed).astype(stored.dtype)
+    s, w = stored.astype(np.float64), rounded.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(s - w) / np.maximum(np.abs(w), TINY)
+    same = (s == w) | (np.isnan(s) & np.isnan(w))
+    return np.where(same, 0.0, np.where(np.isfinite(diff), diff, 1.0))
+
+
+def _max(values: np.ndarray) -> float:
+    return float(values.max()) if values.size else 0.0
+
+
+def boundary_statistics(rollout) -> dict[str, float]:
+    """The boundary statistics (module docstring) of a rollout against its witness records; {} if it has none.
+
+    Positions are compared over the steps both have (a rollout with a step missing or added is the
+    step count's to report, not every later position's)."""
+    records = [r for r in getattr(rollout, "witness", ()) or () if r.complete]
+    if not records:
+        return {}
+    T = rollout.num_steps
+    acts = rollout.actions.numpy()
+    rewards = rollout.rewards.numpy()
+    term, trunc, valid = rollout.terminated.numpy(), rollout.truncated.numpy(), rollout.valid.numpy()
+    obs = rollout.obs.numpy()
+    reward_diff = 0.0
+    positions = action_diff = ends = resets = steps = agent_steps = 0
+    obs_diff = 0.0
+    end_events = reset_events = obs_compared = 0
+    outside = emitted = 0
+    for rec in records:
+        envs = slice(rec.env_offset, rec.env_offset + rec.num_envs)
+        t = min(T, rec.rewards.shape[0])
+        stored = acts[:t, envs]
+        if rec.action_low is not None:
+            stored = np.clip(stored, rec.action_low, rec.action_high)
+        witnessed = rec.actions[:t]
+        differ = relative_difference(stored, witnessed) > 0   # exact: any difference at all
+        action_diff += int(differ.reshape(t, rec.num_envs, -1).any(-1).sum())
+        positions += t * rec.num_envs
+        reward_diff = max(reward_diff, _max(relative_difference(rewards[:t, envs], rec.rewards[:t])))
+        env_term, env_trunc, env_resets = rec.terminated[:t], rec.truncated[:t], rec.resets[:t]
+        ends += int((term[:t, envs] != env_term).sum() + (trunc[:t, envs] != env_trunc).sum())
+        end_events += int((term[:t, envs] | trunc[:t, envs] | env_term | env_trunc).sum())
+        resets += int((valid[:t, envs] & env_resets).sum())
+        reset_events += int(env_resets.sum())
+        steps += rec.steps
+        agent_steps += rec.agent_steps
+        for (ts, e), seen in zip(rec.obs_at.tolist(), rec.obs, strict=True):
+            if ts <= T:
+                obs_compared += 1
+                obs_diff = max(obs_diff, _max(relative_difference(obs[ts, rec.env_offset + e], seen)))
+        outside += rec.outside_space
+        emitted += rec.emitted
+    covered = sum(rec.num_envs for rec in records)
+    # A batch with an unwitnessed part (a runner without a witness) is compared on its witnessed envs only.
+    claimed = rollout.env_steps if covered == rollout.num_envs else sum(
+        int(valid[:, rec.env_offset:rec.env_offset + rec.num_envs].sum()) for rec in records)
+    step_count = abs(steps - T * covered) + abs(agent_steps - claimed)
+    nan = float("nan")
+    # Where there was nothing to compare (no episode ended, no reset step) the update measured nothing: NaN,
+    # so that a fault seen only at episode ends is judged on the updates that hold some, in a row.
+    return {
+        "inv_boundary_actions": action_diff / positions if positions else nan,
+        "inv_boundary_rewards": float(reward_diff) if positions else nan,
+        "inv_boundary_episode_ends": float(ends) if end_events else nan,
+        "inv_boundary_observations": float(obs_diff) if obs_compared else nan,
+        "inv_boundary_resets": float(resets) if reset_events else nan,
+        "inv_boundary_step_count": float(step_count),
+        "inv_observation_space": outside / emitted if emitted else float("nan"),
+    }

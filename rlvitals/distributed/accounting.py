@@ -1,0 +1,154 @@
+"""Every rollout and every second of every actor, accounted for by the actor and checked by the driver.
+
+Each actor incarnation (a process Ray started; a restart is a new one) keeps
+its own counters (`ActorCounters`): rollouts produced (the runner finished
+one), delivered (handed back as the task's result) and dropped by reason, and
+its seconds split into phases that add up to its wall time since it started.
+A snapshot of them travels on every rollout (`Rollout.actor_counters`).
+
+The driver (`ActorAccounts`) counts what it receives from each incarnation.
+
+inv_actor_accounting (per update, in Ray mode)
+    The largest excess, over the rollouts that arrived since the last update,
+    of the rollouts the driver received from an incarnation over the rollouts
+    that incarnation says it had produced when it delivered the latest of
+    them. Derivation: each rollout's snapshot is taken as it is delivered and
+    counts it, so a correct pipeline receives at most what was produced; a
+    rollout received twice, or credited to the wrong actor, makes the excess
+    positive. False alarms: none (exact counts).
+
+At the end of a run (summary.json, samples.actors): per actor, produced =
+delivered + dropped, and delivered = received + in flight (finished, never
+taken), from the actors' final counters, which are asked for behind their
+last requested rollouts, so every rollout they will ever deliver is counted.
+An incarnation that died is judged on the last counters it sent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+PHASES = ("env_step", "inference", "weight_wait", "work_wait", "other")
+"""Where an actor's seconds go: stepping envs, the policy's forward pass, waiting for and loading weights
+(the three phases of rlvitals_actor_phase_seconds_total), idle with no request in hand (between rollouts, and
+from start-up to the first), and the rest of a rollout's collection (the runner's bookkeeping, packing, the
+actor's own telemetry). They add up to the incarnation's wall time since it started, up to its last delivery."""
+
+
+class ActorCounters:
+    """One actor incarnation's own accounting."""
+
+    def __init__(self, actor_id: int, pid: int):
+        self.actor_id, self.pid = actor_id, pid
+        self.produced = self.delivered = 0
+        self.dropped: Counter = Counter()
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+        self._idle_since = time.perf_counter()
+
+    def task_started(self) -> float:
+        """A request arrived: the wait for it ends now (returned: now)."""
+        now = time.perf_counter()
+        self.seconds["work_wait"] += now - self._idle_since
+        self._idle_since = now
+        return now
+
+    def produced_one(self) -> None:
+        self.produced += 1
+
+    def dropped_one(self, reason: str) -> None:
+        self.dropped[reason] += 1
+
+    def deliver(self, rollout, started: float, weights_s: float) -> None:
+        """`rollout`, started at `started`, goes back to the driver now: count it, stamp the counters on it."""
+        now = time.perf_counter()
+        timings = rollout.timings
+        env, inference = timings.get("env_step", 0.0), timings.get("inference", 0.0)
+        self.seconds["env_step"] += env
+        self.seconds["inference"] += inference
+        self.seconds["weight_wait"] += weights_s
+        self.seconds["other"] += max(0.0, now - started - env - inference - weights_s)
+        self.delivered += 1
+        self._idle_since = now
+        rollout.actor_counters = (self.snapshot(),)
+
+    def snapshot(self) -> dict:
+        return {"actor": self.actor_id, "pid": self.pid, "produced": self.produced, "delivered": self.delivered,
+                "dropped": dict(self.dropped), "seconds": dict(self.seconds)}
+
+
+class ActorAccounts:
+    """The driver's side: rollouts received and left in flight per actor incarnation, against its counters."""
+
+    def __init__(self):
+        self.received: Counter = Counter()
+        self.in_flight: Counter = Counter()
+        self.latest: dict[tuple[int, int], dict] = {}
+        """(actor, pid) -> the newest counters that incarnation sent."""
+        self._excess: float | None = None
+
+    def _note(self, counters: dict) -> tuple[int, int]:
+        key = (int(counters["actor"]), int(counters["pid"]))
+        if counters["produced"] >= self.latest.get(key, {}).get("produced", -1):
+            self.latest[key] = counters
+        return key
+
+    def arrived(self, rollout) -> None:
+        """A rollout the driver took from the queue (learned from or dropped: it was received)."""
+        for counters in rollout.actor_counters:
+            key = self._note(counters)
+            self.received[key] += 1
+            excess = max(0, self.received[key] - int(counters["produced"]))
+            self._excess = excess if self._excess is None else max(self._excess, excess)
+
+    def left_in_flight(self, rollout) -> None:
+        for counters in rollout.actor_counters:
+            self.in_flight[self._note(counters)] += 1
+
+    def final(self, snapshots: list[dict]) -> None:
+        """The actors' counters at the end of the run."""
+        for counters in snapshots:
+            self._note(counters)
+
+    def take_statistic(self) -> dict[str, float]:
+        """inv_actor_accounting over the arrivals since the last call; {} when none carried counters."""
+        if self._excess is None:
+            return {}
+        value, self._excess = float(self._excess), None
+        return {"inv_actor_accounting": value}
+
+    def summary(self) -> dict:
+        """Per actor (incarnations summed) and in all: the actors' counts, the driver's, and the mismatch."""
+        per_actor: dict[int, dict] = {}
+        for (actor, pid), c in sorted(self.latest.items()):
+            row = per_actor.setdefault(actor, {"incarnations": 0, "produced": 0, "delivered": 0, "dropped": {},
+                                               "received": 0, "in_flight": 0, "seconds": dict.fromkeys(PHASES, 0.0)})
+            row["incarnations"] += 1
+            row["produced"] += c["produced"]
+            row["delivered"] += c["delivered"]
+            for reason, n in c["dropped"].items():
+                row["dropped"][reason] = row["dropped"].get(reason, 0) + n
+            row["received"] += self.received[(actor, pid)]
+            row["in_flight"] += self.in_flight[(actor, pid)]
+            for phase, s in c["seconds"].items():
+                row["seconds"][phase] = round(row["seconds"].get(phase, 0.0) + s, 3)
+        mismatch = 0
+        for row in per_actor.values():
+            row["mismatch"] = (abs(row["produced"] - row["delivered"] - sum(row["dropped"].values()))
+                               + abs(row["delivered"] - row["received"] - row["in_flight"]))
+            mismatch += row["mismatch"]
+        return {"per_actor": {str(a): row for a, row in per_actor.items()}, "mismatch": mismatch}
+
+
+def final_counters(ray, actors: list, timeout: float) -> list[dict]:
+    """Each actor's counters, asked behind the rollouts already requested from it (an actor runs its calls in
+    order), so they count every rollout it will deliver; actors that do not answer within `timeout` are left out."""
+    refs = [actor.counters.remote() for actor in actors]
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+    out = []
+    for ref in ready:
+        try:
+            out.append(ray.get(ref))
+        except ray.exceptions.RayError:
+            continue
+    return out

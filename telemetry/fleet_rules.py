@@ -1,0 +1,203 @@
+"""Fleet rules: alerts that stay one per run however many processes a run has.
+
+A run of 1,000 actors must not raise 1,000 alerts for one lost node, and one
+actor that stalls, slows down, falls behind in weights or leaks memory must be
+found and named even though run-level sums barely move. So:
+
+- `RLComponentDown` counts the processes Prometheus cannot scrape per run and
+  component: one alert, its value the count, the `processes` annotation naming
+  a few of them (instance and node);
+- the outlier rules compare each actor with its peers by robust statistics:
+  the fleet median, and the fleet's spread as 1.4826 x the median absolute
+  deviation (the standard deviation a normal fleet would have, unmoved by the
+  outliers themselves). An actor is an outlier when it is more than `SIGMAS`
+  spreads from the median *and* beyond a floor that says what matters on any
+  env (half the median's speed, 20 s of the learner's progress, 32 MiB), so a
+  fleet with ordinary spread, however tight, raises nothing. Each rule is one
+  alert per run whose value is the number of outliers; the `processes`
+  annotation names the worst few with their node.
+
+Each per-actor quantity (speed, steps seen, memory growth) and the fleet's
+median and spread of it are recording rules (`RECORDING`), evaluated once per
+interval ahead of the fleet alerts in their own group: at 1,000 actors the
+alerts would otherwise recompute rates over the fleet five times each.
+
+These are live-only rules: metrics.jsonl rows hold run-level values, not one
+per actor, so the offline evaluator (and verdicts.json) cannot name an actor;
+Prometheus can. A fleet-wide fault moves the median with it and is no outlier:
+the run-level rules of telemetry/rules.py report it once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MiB = 2 ** 20
+SIGMAS = 3
+"""How many robust standard deviations from the fleet median make an outlier."""
+NAMED = 5
+"""How many affected processes an alert names (its value says how many there are)."""
+ACTORS = 'component="actor"'
+WINDOW = "30s"
+"""Speed and stall window: six scrapes (5 s), many rollouts per actor, and short enough that a slowed or
+stalled actor is named within 10 evaluation intervals."""
+LAG_LEARNER_SECONDS = 20
+"""An actor is behind in weights when it acts with a network this many seconds of learner progress older."""
+MEMORY_FLOOR = 32 * MiB
+
+
+def median(x: str) -> str:
+    return f"quantile by (run_id) (0.5, {x})"
+
+
+def below(x: str, bound: str) -> str:
+    """Actors whose `x` is below a per-run `bound` (an actor's labels kept)."""
+    return f"({x} < on (run_id) group_left () ({bound}))"
+
+
+def above(x: str, bound: str) -> str:
+    return f"({x} > on (run_id) group_left () ({bound}))"
+
+
+def names(selection: str, worst: str, by: tuple[str, ...] = ("run_id",)) -> str:
+    """The `processes` annotation: up to NAMED of `selection` in this alert's group, worst first by `worst`."""
+    group = ", ".join(by)
+    query = f"{worst} by ({group}) ({NAMED}, {selection})"
+    same = " ".join(f"(eq .Labels.{label} $labels.{label})" for label in by)
+    return ('{{ range query `' + query + '` | sortByLabel "instance" }}'
+            f'{{{{ if and {same} }}}}{{{{ .Labels.instance }}}} on node {{{{ .Labels.node }}}}; '
+            '{{ end }}{{ end }}')
+
+
+def nodes(selection: str, by: tuple[str, ...]) -> str:
+    """The `processes` annotation of a count that is often a whole node: how many on each of up to NAMED nodes."""
+    group = ", ".join(by)
+    query = f"topk by ({group}) ({NAMED}, count by ({group}, node) ({selection}))"
+    same = " ".join(f"(eq .Labels.{label} $labels.{label})" for label in by)
+    return ('{{ range query `' + query + '` | sortByLabel "node" }}'
+            f'{{{{ if and {same} }}}}{{{{ .Value }}}} on node {{{{ .Labels.node }}}}; '
+            '{{ end }}{{ end }}')
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    """A fleet rule as data; `fleet_rules()` makes it a `Rule` (rules.py appends them to RULES)."""
+
+    name: str
+    query: str
+    """PromQL: per run (and kind of process), the count of affected processes."""
+    reads: tuple[str, ...]
+    hold_seconds: int
+    severity: str
+    component: str
+    summary: str
+    check: str
+    processes: str
+    """Template of the `processes` annotation: which processes, by instance and node."""
+    names_what: str = f"the {NAMED} worst of them (or all, if fewer), by instance and node, in instance order"
+    """What the `processes` annotation says, for docs/health.md."""
+
+
+def outliers(name: str, selection: str, worst: str, hold: int, component: str, summary: str, check: str,
+             reads: tuple[str, ...]) -> FleetSpec:
+    return FleetSpec(name, f"count by (run_id) ({selection})", reads, hold, "warning", component, summary, check,
+                     names(selection, worst))
+
+
+ENV_STEPS = f"rlvitals_actor_env_steps_total{{{ACTORS}}}"
+AGE = f"rlvitals_actor_network_age{{{ACTORS}}}"
+RSS = f"rlvitals_process_resident_memory_bytes{{{ACTORS}}}"
+SCRAPED = f'on (run_id, instance) (up{{{ACTORS}}} == 1)'
+"""Only processes Prometheus reaches are judged against their peers (the others are RLComponentDown's)."""
+
+# Each per-actor quantity and its fleet statistics are recorded once per evaluation (group rlvitals-fleet),
+# so the alerts below compare recorded series instead of recomputing rates over the fleet several times.
+RECORDING: list[tuple[str, str]] = []
+
+
+def record(name: str, expr: str) -> str:
+    """A recording rule of the fleet group (evaluated before the fleet alerts); its series name."""
+    RECORDING.append((name, expr))
+    return name
+
+
+def fleet_stats(per_actor: str, what: str) -> tuple[str, str]:
+    """Recorded (median, spread) across the actors of each run of the per-actor series `per_actor`."""
+    mid = record(f"run:{what}:median", median(per_actor))
+    return mid, record(f"run:{what}:spread",
+                       f"1.4826 * quantile by (run_id) (0.5, abs({per_actor} - on (run_id) group_left () {mid}))")
+
+
+SPEED = record("actor:rlvitals_actor_env_steps:rate30s", f"rate({ENV_STEPS}[{WINDOW}])")
+SPEED_MEDIAN, SPEED_SPREAD = fleet_stats(SPEED, "rlvitals_actor_env_steps:rate30s")
+STEPS_SEEN = record("actor:rlvitals_actor_env_steps:changes30s", f"changes({ENV_STEPS}[{WINDOW}])")
+STEPS_SEEN_MEDIAN = record("run:rlvitals_actor_env_steps:changes30s:median", median(STEPS_SEEN))
+AGE_MEDIAN, AGE_SPREAD = fleet_stats(AGE, "rlvitals_actor_network_age")
+LEARNER_RATE = record("run:rlvitals_learner_steps:rate1m", "sum by (run_id) (rate(rlvitals_learner_steps_total[1m]))")
+MINUTE_GROWTH = record("actor:rlvitals_process_resident_memory_bytes:growth1m", f"{RSS} - {RSS} offset 1m")
+GROWTH = record("actor:rlvitals_process_resident_memory_bytes:growth2m", f"{RSS} - {RSS} offset 2m")
+GROWTH_MEDIAN, GROWTH_SPREAD = fleet_stats(GROWTH, "rlvitals_process_resident_memory_bytes:growth2m")
+
+# An actor whose step count did not move for 30 s while the typical actor's moved at 3 scrapes or more:
+# its peers finish rollouts every few seconds, so this one is stuck (a hung env, a lost request).
+STALLED = f"(({STEPS_SEEN} == 0) and on (run_id) ({STEPS_SEEN_MEDIAN} >= 3) and {SCRAPED})"
+SLOW = (f"({below(SPEED, f'{SPEED_MEDIAN} * 0.5')} and {below(SPEED, f'{SPEED_MEDIAN} - {SIGMAS} * {SPEED_SPREAD}')} "
+        f"and {SCRAPED})")
+LAGGING = (f"({below(AGE, f'{AGE_MEDIAN} - {SIGMAS} * {AGE_SPREAD}')} "
+           f"and {below(AGE, f'{AGE_MEDIAN} - {LAG_LEARNER_SECONDS} * {LEARNER_RATE}')} "
+           f"and on (run_id) ({LEARNER_RATE} > 0) and {SCRAPED})")
+LEAKING = (f"({above(GROWTH, f'{GROWTH_MEDIAN} + {SIGMAS} * {GROWTH_SPREAD}')} "
+           f"and {above(GROWTH, f'{GROWTH_MEDIAN} + {MEMORY_FLOOR}')} "
+           f"and {MINUTE_GROWTH} > {8 * MiB} and {MINUTE_GROWTH} offset 1m > {8 * MiB} "
+           f"and {SCRAPED})")
+
+DOWN = 'label_replace(up{component=~"local|learner|actor|node"} == 0, "process", "$1", "component", "(.*)")'
+
+FLEET: tuple[FleetSpec, ...] = (
+    FleetSpec("RLComponentDown", f"count by (run_id, process) ({DOWN})", ("up",), 120, "critical", "throughput",
+              "{{ $value }} {{ $labels.process }} process(es) of run {{ $labels.run_id }} are down",
+              "Prometheus cannot scrape processes that announced themselves: they crashed, hang, or their node is "
+              "gone. Discovery files of processes that ended are removed, so a down target is a live problem. One "
+              "alert per run and kind of process; its value is how many are down, the `processes` annotation says "
+              "how many on which nodes (all of one node: the node is gone).",
+              processes=nodes(DOWN, ("run_id", "process")),
+              names_what=f"how many are down on each of up to {NAMED} nodes"),
+    outliers("RLActorStalled", STALLED, "bottomk", 5, "throughput",
+             "{{ $value }} actor(s) stopped stepping while their peers run in run {{ $labels.run_id }}",
+             "These actors took no env step for 30 s while the typical actor of the run finished rollouts at "
+             "least every 10 s: they are stuck (an env step that hangs, a request lost, an actor waiting on "
+             "something only it needs). Read the named actors' logs (ray logs) and their node's load.",
+             ("rlvitals_actor_env_steps_total", "up")),
+    outliers("RLActorSlow", SLOW, "bottomk", 10, "throughput",
+             "{{ $value }} actor(s) step far slower than their peers in run {{ $labels.run_id }}",
+             f"These actors' env steps per second over the last 30 s are under half the fleet's median and "
+             f"more than {SIGMAS} robust standard deviations (1.4826 x the median absolute deviation) below it: "
+             "their node is overloaded (other jobs, throttled CPUs), their envs got slower (longer episodes, a "
+             "slow backend), or they wait on something their peers do not.",
+             ("rlvitals_actor_env_steps_total",)),
+    outliers("RLActorWeightsLagging", LAGGING, "bottomk", 10, "weight-sync",
+             "{{ $value }} actor(s) act with much older weights than their peers in run {{ $labels.run_id }}",
+             f"These actors' network age is behind the fleet's median by more than {LAG_LEARNER_SECONDS} s of the "
+             f"learner's progress and by more than {SIGMAS} robust standard deviations: they do not receive or "
+             "load new weights (a failed fetch, a stuck rollout, a node far from the object store), and the "
+             "learner learns from their stale samples.",
+             ("rlvitals_actor_network_age", "rlvitals_learner_steps_total")),
+    outliers("RLActorMemoryGrowing", LEAKING, "topk", 30, "memory",
+             "{{ $value }} actor(s) grow in memory unlike their peers in run {{ $labels.run_id }}",
+             f"These actors' resident memory grew by more than 32 MiB beyond the fleet's median growth in 2 minutes "
+             f"(and beyond {SIGMAS} robust standard deviations of it), in both minutes: a leak that only some "
+             "actors hit (an env that keeps state per episode, a cache keyed by something that grows).",
+             ("rlvitals_process_resident_memory_bytes",)),
+)
+
+PROCESSES: dict[str, str] = {spec.name: spec.processes for spec in FLEET}
+"""Rule name -> its `processes` annotation (telemetry.rulegen adds it to the alert)."""
+NAMES_WHAT: dict[str, str] = {spec.name: spec.names_what for spec in FLEET}
+
+
+def fleet_rules() -> tuple:
+    """The fleet rules as `Rule`s (live only); called by telemetry.rules once `Rule` and `Live` exist."""
+    from .rules import Live, Rule
+
+    return tuple(Rule(s.name, Live(s.query, s.reads), s.hold_seconds, "fast", s.severity, s.component, s.summary,
+                      s.check) for s in FLEET)
