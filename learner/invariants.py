@@ -204,9 +204,8 @@ def _nan_like(ref: torch.Tensor) -> torch.Tensor:
 
 def _largest(values: list[torch.Tensor]) -> torch.Tensor:
     """The largest of 0-d statistics, ignoring NaN (not measured); NaN when none was measured."""
-    stacked = torch.stack([v.to(F64) for v in values])
-    worst = torch.where(torch.isnan(stacked), -torch.inf, stacked).amax()
-    return torch.where(torch.isinf(worst) & (worst < 0), NAN, worst)
+    worst = torch.stack([v.to(F64) for v in values]).nan_to_num(nan=-torch.inf).amax()
+    return torch.where(worst == -torch.inf, NAN, worst)
 
 
 # ----------------------------------------------------------------- sampling (the actor's record)
@@ -260,13 +259,8 @@ def _grad(output: torch.Tensor) -> torch.Tensor:
 
 
 def _relative_error_of(error: torch.Tensor, actual_norm: torch.Tensor, reference_norm: torch.Tensor) -> torch.Tensor:
-    both_zero = (reference_norm <= 1e-30) & (actual_norm <= 1e-30)
-    return torch.where(both_zero, NAN, error / reference_norm.clamp_min(1e-30))
-
-
-def _relative_error(actual: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
-    """||actual - reference|| / ||reference||; NaN when both are 0."""
-    return _relative_error_of((actual - reference).norm(), actual.norm(), reference.norm())
+    """error / ||reference||; NaN when both norms are 0 (norms are never negative)."""
+    return torch.where(actual_norm + reference_norm <= 1e-30, NAN, error / reference_norm.clamp_min(1e-30))
 
 
 def loss_gradient_errors(dist, params, logp, values, entropy, behaviour_logp, advantages, targets,
@@ -284,9 +278,11 @@ def loss_gradient_errors(dist, params, logp, values, entropy, behaviour_logp, ad
     bonus = torch.full_like(value, -s.entropy_coef / B)
     reference = _entropy(dist, params.detach())
     entropy_error = (entropy.detach().to(F64) - reference).abs().amax() / reference.abs().amax().clamp_min(1.0)
-    return {"inv_loss_gradient_policy": _relative_error(_grad(logp), policy),
-            "inv_loss_gradient_value": _relative_error(_grad(values), value),
-            "inv_loss_gradient_entropy": _largest([_relative_error(_grad(entropy), bonus), entropy_error])}
+    # The three terms at once: one norm each of the gradients, the references and their differences.
+    grads, refs = torch.stack([_grad(logp), _grad(values), _grad(entropy)]), torch.stack([policy, value, bonus])
+    errors = _relative_error_of((grads - refs).norm(dim=1), grads.norm(dim=1), refs.norm(dim=1))
+    return {"inv_loss_gradient_policy": errors[0], "inv_loss_gradient_value": errors[1],
+            "inv_loss_gradient_entropy": torch.fmax(errors[2], entropy_error)}   # fmax: NaN (coef 0) gives way
 
 
 # ----------------------------------------------------------------- optimisation
