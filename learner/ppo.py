@@ -260,11 +260,13 @@ class PPOLearner:
                     output.retain_grad()
             loss, parts = ppo_loss(logp, b.mb_logp[mb], values, b.mb_adv[mb], b.mb_targets[mb], entropy, self.s)
         self.optimizer.zero_grad(set_to_none=False)
+        if directions is not None:
+            self.invariants.before_backward()
         loss.backward(retain_graph=directions is not None and self.invariants.keeps_graph)
         if directions is not None:
             directions.update(diag.loss_directions(logp, values, entropy, b.mb_adv[mb], b.mb_targets[mb],
                                                    self.s.normalize_advantages, net.value_bias()))
-            self.invariants.first_minibatch(loss, parts["policy_loss"], params, logp, values, entropy, b, mb)
+            self.invariants.first_minibatch(parts["policy_loss"], params, logp, values, entropy, b, mb)
         return loss, parts, params
 
     def _report(self, b: _Batch, u: _Update) -> dict:

@@ -240,13 +240,13 @@ INVARIANTS: tuple[Invariant, ...] = (
         "The optimizer steps with gradients that are not this minibatch's",
         "The value head's bias gradient differs from sum_i dL/dV_i, which it must equal: gradients from earlier "
         "steps are still in .grad (zero_grad missing or misplaced) or something else writes into them.",
-        "On sampled updates the first minibatch's .grad of every trainable parameter (before clipping) is "
-        "compared with the loss's gradient recomputed on the same graph (one autograd.grad): ||grad - dL/dw|| "
-        "/ ||dL/dw||. Same operations on the same tensors: healthy runs read 0 (rounding of order 1e-7 at "
-        "most, bfloat16 included), so 1e-3 has no false alarm. A missing zero_grad leaves about max_grad_norm "
-        "of the last clipped step against a gradient norm of 5 to 50: 0.01 to 0.1 here, which the value-bias "
-        "projection exported as gradient_mismatch (limit 0.05 for bfloat16's sake) misses about half the "
-        "time."),
+        "On each update's first minibatch: the norm of every parameter's .grad between zero_grad and the "
+        "backward pass, against its norm after it. What the optimizer steps with must be this backward "
+        "pass's alone, so a correct learner reads exactly 0 in any precision (no false alarm; 1e-3 leaves "
+        "room for nothing but a fault). A missing or misplaced zero_grad (or a parameter the optimizer does "
+        "not zero) leaves about max_grad_norm of the last clipped step against a gradient norm of 5 to 50: "
+        "0.01 to 0.1, which the value-bias projection exported as gradient_mismatch (limit 0.05 for "
+        "bfloat16's sake) misses about half the time."),
     Invariant(
         "policy_starved", "optimisation", "preprocessing", 1e4, 20,
         "The policy's share of the clipped update is near zero",
