@@ -249,7 +249,7 @@ class Run:
         stats.update(self.invariants.observe(stats, update))
         self.judged.update({k: v for k, v in stats.items() if k.startswith("inv_") and isinstance(v, float)})
         if self.learner is not None and not stats.get("updates"):
-            self.telemetry.record_learn(stats)   # judged without an update (a dropped batch, the run's end)
+            self.telemetry.record_invariants(stats)   # judged without an update (a dropped batch, the run's end)
         return len(self.invariants.broken_at) > before
 
     # ------------------------------------------------------------- records

@@ -37,6 +37,9 @@ class Telemetry(Protocol):
     def record_learn(self, stats: dict) -> None:
         """Learner-side metrics of one batch, from the dict `PPOLearner.learn` returned."""
 
+    def record_invariants(self, judged: dict) -> None:
+        """The invariants judged without an update (a dropped batch, the run's end): `inv_*` keys as in stats."""
+
     def record_queue(self, depth: int, capacity: int) -> None:
         """Rollouts finished by actors but not yet taken by the learner, and how many may be."""
 
@@ -86,6 +89,9 @@ class NullTelemetry:
         pass
 
     def record_learn(self, stats: dict) -> None:
+        pass
+
+    def record_invariants(self, judged: dict) -> None:
         pass
 
     def record_queue(self, depth: int, capacity: int) -> None:
@@ -150,6 +156,10 @@ class RecorderTelemetry:
 
     def record_learn(self, stats: dict) -> None:
         self._recorder.record_learn(stats)
+
+    def record_invariants(self, judged: dict) -> None:
+        # The same gauges as a batch's statistics; nothing here is a counter, so nothing is counted twice.
+        self._recorder.record_learn({k: v for k, v in judged.items() if k.startswith("inv_")})
 
     def record_queue(self, depth: int, capacity: int) -> None:
         self._recorder.record_queue(depth, capacity)

@@ -216,8 +216,9 @@ INVARIANTS: tuple[Invariant, ...] = (
         "when the values are detached); tolerance as for the policy term."),
     Invariant(
         "loss_gradient_entropy", "dataflow", "policy", 0.05, 2,
-        "The entropy term's gradient is not -c_H / B",
-        "The entropy bonus enters the loss with another sign or weight than configured.",
+        "The entropy term is not -c_H H(pi) / B",
+        "The entropy bonus enters the loss with another sign or weight than configured, or the entropies it is "
+        "given are not those of the policy's distributions (a negated or mis-computed entropy).",
         "Closed form -c_H / B, compared as for the policy term (not measured when entropy_coef is 0), and the "
         "entropies the loss was given against the closed form of the minibatch's distribution parameters: "
         "max|H - H_ref| / max(max|H_ref|, 1 nat), float32 rounding 1e-6; the larger of the two counts, so a "
