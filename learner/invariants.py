@@ -271,8 +271,13 @@ def loss_gradient_errors(dist, params, logp, values, entropy, behaviour_logp, ad
     loss was given against those of its distributions' parameters (module docstring)."""
     B = logp.numel()
     a = advantages.to(F64)
+    # Advantages that barely vary (a probe's value learned to rounding) normalise to rounding noise, which float32
+    # and float64 round differently: the policy term is then not measurable. Otherwise normalise in the loss's own
+    # precision and order of operations, so only a different formula can differ.
+    measurable = a.std() > 1e-5 * a.abs().amax() if B > 1 else torch.ones((), dtype=torch.bool, device=a.device)
     if s.normalize_advantages and B > 1:
-        a = (a - a.mean()) / (a.std() + 1e-8)
+        a32 = advantages.float()
+        a = ((a32 - a32.mean()) / (a32.std() + 1e-8)).to(F64)
     ratio = (logp.detach().to(F64) - behaviour_logp.to(F64)).exp()
     unclipped_is_min = ratio * a <= ratio.clamp(1 - s.clip_coef, 1 + s.clip_coef) * a
     policy = torch.where(unclipped_is_min, -a * ratio / B, 0.0)
@@ -283,7 +288,8 @@ def loss_gradient_errors(dist, params, logp, values, entropy, behaviour_logp, ad
     # The three terms at once: one norm each of the gradients, the references and their differences.
     grads, refs = torch.stack([_grad(logp), _grad(values), _grad(entropy)]), torch.stack([policy, value, bonus])
     errors = _relative_error_of((grads - refs).norm(dim=1), grads.norm(dim=1), refs.norm(dim=1))
-    return {"inv_loss_gradient_policy": errors[0], "inv_loss_gradient_value": errors[1],
+    policy_error = torch.where(measurable | (not s.normalize_advantages), errors[0], NAN)
+    return {"inv_loss_gradient_policy": policy_error, "inv_loss_gradient_value": errors[1],
             "inv_loss_gradient_entropy": torch.fmax(errors[2], entropy_error)}   # fmax: NaN (coef 0) gives way
 
 
