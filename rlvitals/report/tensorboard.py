@@ -72,6 +72,7 @@ class TensorBoardWriter:
         self.rows = 0
         self.path: Path | None = None
         """The event file, once the first row opened it."""
+        self._written = 0  # bytes of the event file once closed
 
     def __call__(self, row: dict) -> None:
         try:
@@ -148,8 +149,6 @@ class TensorBoardWriter:
     @property
     def bytes_written(self) -> int:
         return self._written + (self.writer.bytes_written if self.writer is not None else 0)
-
-    _written = 0
 
     def close(self, run_dir=None) -> None:
         """Flush and close the event file (the run loop passes the run directory; it is not needed)."""
