@@ -82,6 +82,21 @@ def _wrap_vtrace(mp: pytest.MonkeyPatch, change: Callable) -> None:
     mp.setattr(ppo, "vtrace", vtrace)
 
 
+def _vtrace_with(mp: pytest.MonkeyPatch, **replace: Callable[[dict], object]) -> None:
+    """The learner's V-trace call with some arguments replaced: name -> f(all arguments by name)."""
+    import inspect
+
+    from rlvitals.learner import ppo
+
+    signature = inspect.signature(ppo.vtrace)
+
+    def change(*args):
+        named = dict(zip(signature.parameters, args, strict=True))
+        return tuple(replace[k](named) if k in replace else v for k, v in named.items())
+
+    _wrap_vtrace(mp, change)
+
+
 def _wrap_loss(mp: pytest.MonkeyPatch, change: Callable) -> None:
     from rlvitals.learner import ppo
 
@@ -105,11 +120,7 @@ def truncation_stored_as_termination(mp):
 
 def advantage_carry_not_reset(mp):
     # The naive loop: nothing cuts the recursion at an episode's end or at the reset transition.
-    def change(values, next_values, rewards, terminated, done, log_rhos, gamma, lam, rho, c, valid):
-        return (values, next_values, rewards, terminated, torch.zeros_like(done), log_rhos, gamma, lam, rho, c,
-                torch.ones_like(valid))
-
-    _wrap_vtrace(mp, change)
+    _vtrace_with(mp, done=lambda a: torch.zeros_like(a["done"]), valid=lambda a: torch.ones_like(a["valid"]))
 
 
 def rewards_one_step_late(mp):
@@ -168,10 +179,7 @@ def advantages_normalised_wrong_shape(mp):
 
 
 def discount_ignored(mp):
-    def change(values, next_values, rewards, terminated, done, log_rhos, gamma, lam, rho, c, valid):
-        return values, next_values, rewards, terminated, done, log_rhos, 1.0, lam, rho, c, valid
-
-    _wrap_vtrace(mp, change)
+    _vtrace_with(mp, gamma=lambda a: 1.0)
 
 
 def kl_compares_the_wrong_distributions(mp):
@@ -278,10 +286,7 @@ def preprocessing_in_the_learner_only(mp):
 
 
 def truncation_as_termination_in_returns(mp):
-    def change(values, next_values, rewards, terminated, done, log_rhos, gamma, lam, rho, c, valid):
-        return values, next_values, rewards, done, done, log_rhos, gamma, lam, rho, c, valid
-
-    _wrap_vtrace(mp, change)
+    _vtrace_with(mp, terminated=lambda a: a["done"])
 
 
 def entropy_of_the_distribution_negated(mp):
@@ -389,17 +394,11 @@ def env_observations_outside_their_space(mp):
 
 
 def lambda_used_as_gamma(mp):
-    def change(values, next_values, rewards, terminated, done, log_rhos, gamma, lam, rho, c, valid):
-        return values, next_values, rewards, terminated, done, log_rhos, lam, lam, rho, c, valid
-
-    _wrap_vtrace(mp, change)
+    _vtrace_with(mp, gamma=lambda a: a["lam"])
 
 
 def bootstrap_from_the_current_state(mp):
-    def change(values, next_values, rewards, terminated, done, log_rhos, gamma, lam, rho, c, valid):
-        return values, values, rewards, terminated, done, log_rhos, gamma, lam, rho, c, valid
-
-    _wrap_vtrace(mp, change)
+    _vtrace_with(mp, next_values=lambda a: a["values"])
 
 
 def policy_trained_on_value_targets(mp):

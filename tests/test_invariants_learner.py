@@ -10,12 +10,11 @@ is checked against cases worked by hand and against `returns.vtrace` on random r
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 
 import pytest
 import torch
-from planted_bugs import BY_BUG
+from planted_bugs import BY_BUG, _after_collect
 from test_diagnostics import CapturingTelemetry
 from test_returns import random_rollout
 
@@ -208,18 +207,6 @@ def test_loss_gradients_hold_under_mixed_precision():
 
 
 # ----------------------------------------------------------------- faults, each breaking one invariant
-
-
-def _after_collect(mp, change) -> None:
-    original = EnvRunner.collect
-
-    @functools.wraps(original)
-    def collect(self, policy, num_steps):
-        rollout = original(self, policy, num_steps)
-        change(rollout)
-        return rollout
-
-    mp.setattr(EnvRunner, "collect", collect)
 
 
 def argmax_actor(mp):
