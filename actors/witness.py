@@ -291,8 +291,9 @@ class SpaceCheck:
 
 
 # ----------------------------------------------------------------- the comparison
-STATISTICS = ("inv_boundary_actions", "inv_boundary_rewards", "inv_boundary_episode_ends",
-              "inv_boundary_observations", "inv_boundary_resets", "inv_boundary_step_count", "inv_observation_space")
+STATISTICS = ("inv_boundary_actions", "inv_boundary_rewards", "inv_boundary_episode_ends", "inv_boundary_observations",
+              "inv_observations_transformed", "inv_boundary_resets", "inv_boundary_step_count",
+              "inv_observation_space")
 
 
 def relative_difference(stored: np.ndarray, witnessed: np.ndarray) -> np.ndarray:
@@ -327,7 +328,7 @@ def boundary_statistics(rollout) -> dict[str, float]:
     obs = rollout.obs.numpy()
     reward_diff = 0.0
     positions = action_diff = ends = resets = steps = agent_steps = 0
-    obs_diff = 0.0
+    obs_diff = obs_transformed = 0.0
     end_events = reset_events = obs_compared = 0
     outside = emitted = 0
     for rec in records:
@@ -351,7 +352,17 @@ def boundary_statistics(rollout) -> dict[str, float]:
         for (ts, e), seen in zip(rec.obs_at.tolist(), rec.obs, strict=True):
             if ts <= T:
                 obs_compared += 1
-                obs_diff = max(obs_diff, _max(relative_difference(obs[ts, rec.env_offset + e], seen)))
+                column = rec.env_offset + e
+                gap = _max(relative_difference(obs[ts, column], seen))
+                # The env's observation stored in a neighbouring slot is a pairing fault (the actor's); one that
+                # is stored nowhere near, changed, is a transform between env and learner (preprocessing).
+                paired_elsewhere = gap > 0 and any(
+                    _max(relative_difference(obs[other, column], seen)) == 0
+                    for other in (ts - 1, ts + 1) if 0 <= other <= T)
+                if paired_elsewhere or gap == 0:
+                    obs_diff = max(obs_diff, gap)
+                else:
+                    obs_transformed = max(obs_transformed, gap)
         outside += rec.outside_space
         emitted += rec.emitted
     covered = sum(rec.num_envs for rec in records)
@@ -367,6 +378,7 @@ def boundary_statistics(rollout) -> dict[str, float]:
         "inv_boundary_rewards": float(reward_diff) if positions else nan,
         "inv_boundary_episode_ends": float(ends) if end_events else nan,
         "inv_boundary_observations": float(obs_diff) if obs_compared else nan,
+        "inv_observations_transformed": float(obs_transformed) if obs_compared else nan,
         "inv_boundary_resets": float(resets) if reset_events else nan,
         "inv_boundary_step_count": float(step_count),
         "inv_observation_space": outside / emitted if emitted else float("nan"),

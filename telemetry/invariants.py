@@ -147,6 +147,16 @@ INVARIANTS: tuple[Invariant, ...] = (
         "compared after the same cast, so a correct run reads 0. A fault touching a fraction f of positions is "
         "seen with probability 1 - (1 - f)^4 per rollout."),
     Invariant(
+        "observations_transformed", "boundary", "preprocessing", 1e-6, 2,
+        "Observations reach the learner transformed",
+        "The observation the rollout holds for a step is neither the one the env emitted there nor the one of a "
+        "neighbouring step: it was changed between the env and the learner (a scaling, normalisation or dtype "
+        "applied on one side only). Apply the same preprocessing where the actor acts and where the learner "
+        "learns, or neither.",
+        "The witness keeps the env's own observation at sampled positions; a correct pipeline stores it "
+        "unchanged (float32 rounding compared exactly, so a healthy run reads 0). A stored value found at the "
+        "neighbouring step instead is a pairing fault and counts under boundary_observations."),
+    Invariant(
         "boundary_resets", "boundary", "actor", 0.0, 2,
         "Transitions the env did not produce are learned from",
         "A step after an episode ended (the reset of NEXT_STEP autoreset, which has no action's consequence) is "

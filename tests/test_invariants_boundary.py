@@ -150,8 +150,10 @@ def test_a_transform_inside_the_runner_is_seen_by_the_witness_below_it(tmp_path,
     monkeypatch.setattr(EnvRunner, "_as_obs", scaled)
     _, run_dir = train_in(config(tmp_path / "run", env_kwargs={"max_episode_steps": 12}), ["test"])
     rows = rows_of(run_dir)
-    assert min(statistics(rows)["inv_boundary_observations"]) == pytest.approx(0.5)   # |x/2 - x| / |x|
-    assert broken(rows) == {"boundary_observations"}
+    # Changed, and found at no neighbouring step either: a transform (preprocessing), not a pairing fault.
+    assert min(statistics(rows)["inv_observations_transformed"]) == pytest.approx(0.5)   # |x/2 - x| / |x|
+    assert max(statistics(rows)["inv_boundary_observations"]) == 0
+    assert broken(rows) == {"observations_transformed"}
 
 
 class OffsetCartPole(gym.ObservationWrapper):
