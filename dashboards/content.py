@@ -18,12 +18,14 @@ from .panels import (
     gauges,
     heatmap,
     info_table,
+    legend,
     metric,
     per_second,
     quantiles,
     rates,
     series,
     stat,
+    target,
     trace,
 )
 
@@ -40,6 +42,31 @@ def alerts_firing() -> Panel:
     return stat("Alerts firing", expr, (), "none", "alerts of deploy/prometheus/rules firing now for the selected runs",
                 red_at=1, note="Healthy: 0. Open Prometheus's Alerts page (or the annotations on these dashboards) "
                                "for the name and description of each; every rule says what to check.")
+
+
+INVARIANTS_SHOWN = 10
+"""Invariant series a panel draws at most: the broken ones, or the furthest from holding."""
+
+
+def invariants_broken() -> Panel:
+    name = "rlvitals_invariant_broken"
+    # One query: each broken invariant by name, or else (no invariant label) the run's count of broken ones.
+    expr = f"(max by (run_id, invariant) ({series(name)}) > 0) or sum by (run_id) ({series(name)})"
+    return Panel("Invariants broken", (name,), [target(expr, legend(("run_id", "invariant")))],
+                 "none", "per run the number of invariants broken, and each broken one by name", width=12,
+                 defaults={"min": 0},
+                 note="Healthy: 0 for the whole run, and no invariant named. A named line is an invariant whose "
+                      "part is at fault (its RLInvariant... alert, docs/invariants.md).")
+
+
+def invariant_statistics() -> Panel:
+    name = "rlvitals_invariant_statistic"
+    expr = f"topk({INVARIANTS_SHOWN}, max by (run_id, invariant) ({series(name)}))"
+    return Panel("Invariant statistics", (name,), [target(expr, legend(("run_id", "invariant")))], "none",
+                 f"the {INVARIANTS_SHOWN} largest statistics (latest value per run and invariant; log scale)",
+                 width=12, custom={"scaleDistribution": {"type": "log", "log": 10}},
+                 note="Healthy: each below its own limit (docs/invariants.md); exact ones read 0 and are not drawn "
+                      "on the log scale.")
 
 
 def overview() -> Dashboard:
@@ -141,13 +168,7 @@ def learning() -> Dashboard:
                    note="Healthy: every term at or above 0 (policy about 1, value the value coefficient, entropy "
                         "the entropy coefficient); below 0 is a sign error in that loss term."),
         ]),
-        Row("Invariants", [
-            gauges("rlvitals_invariant_broken", by=("invariant",), lo=0, hi=1, title="Invariants broken", width=12,
-                   note="Healthy: every invariant at 0 for the whole run. A 1 names the part that broke it (its "
-                        "RLInvariant... alert, docs/invariants.md)."),
-            gauges("rlvitals_invariant_statistic", by=("invariant",), log=True, title="Invariant statistics",
-                   width=12, note="Healthy: each below its limit (docs/invariants.md); exact ones read 0."),
-        ]),
+        Row("Invariants", [invariants_broken(), invariant_statistics()]),
         Row("Distributions", [
             heatmap("rlvitals_learner_value_target_distribution", width=12,
                     note="Healthy: mass inside +-r_max / (1 - gamma) for the env's reward scale, drifting slowly as "

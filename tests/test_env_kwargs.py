@@ -156,7 +156,9 @@ def test_a_local_run_and_its_eval_use_the_kwargs(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["episodes"] > 0 and summary["mean_return_last_100"] == RETURN
     assert _input_width(run_dir) == KWARGS["size"]
-    evaluated = finish(start(["eval", "--run-dir", run_dir, "--episodes", "3"], tmp_path, with_tests_on_path()))
+    # The env's module runs only because the command names it (a checkpoint never chooses code to run).
+    evaluated = finish(start(["eval", "--run-dir", run_dir, "--episodes", "3", "--env", "kwargs_envs:KwargsEcho-v0"],
+                             tmp_path, with_tests_on_path()))
     assert evaluated.returncode == 0, evaluated.stderr
     assert json.loads(evaluated.stdout)["mean"] == RETURN
 
