@@ -78,8 +78,10 @@ def test_planted_bug_is_pinned_on_its_component(bug):
 
 
 @pytest.mark.slow
-def test_entropy_sign_shows_only_with_a_users_large_coefficient(tmp_path):
-    """The flipped entropy bonus is inert at the reference entropy_coef 0; the user's 0.5 exposes it."""
+def test_a_negated_entropy_is_named_by_its_invariant_even_where_the_bonus_is_zero(tmp_path):
+    """The probes cannot see a negated entropy at the reference entropy_coef 0 (the bonus is inert there), but the
+    loss's entropy invariant compares the entropies it is given with the distributions' own: named at once, under
+    the reference settings, and once only though the user's large coefficient shows it too."""
     yours = tmp_path / "my.yaml"
     yours.write_text("entropy_coef: 0.5\nclip_coef: 0.3\nlearning_rate: 0.005\nanneal_lr: false\ngamma: 0.9\n"
                      "num_minibatches: 2\nenv: CartPole-v1\ntotal_env_steps: 1000000\n")
@@ -88,16 +90,9 @@ def test_entropy_sign_shows_only_with_a_users_large_coefficient(tmp_path):
     verdicts = doctor_with(entropy_bonus_sign_flipped, config=build_config(str(yours)))
     assert len(verdicts) == 1, [v.to_dict() for v in verdicts]
     verdict = verdicts[0]
-    assert (verdict.rule, verdict.component, verdict.severity) == ("doctor-your-settings", "policy", "warning")
-    assert "every probe passes with the reference settings but not with yours" in verdict.message
-    assert "P8 FAIL(pi)" in verdict.message and "P4 pass" in verdict.message
-    assert "clip_coef=0.3 (reference 0.2: policy); entropy_coef=0.5 (reference 0: policy)" in verdict.message
-    # both differing settings belong to `policy`; reverting each in turn on P8 finds the one that matters
-    assert "Reverting entropy_coef to the reference value alone clears P8: suspect entropy_coef (policy)" \
-        in verdict.message
-    assert "not enough: your settings with clip_coef=0.2 (P8 FAIL(pi))" in verdict.message
-    # settings that are not learning settings (env, steps) are not compared
-    assert "total_env_steps" not in verdict.message and "CartPole" not in verdict.message
+    assert (verdict.rule, verdict.component, verdict.severity) == \
+        ("doctor-invariant-loss-gradient-entropy", "policy", "critical")
+    assert verdict.message.startswith("invariants broken with the reference settings: loss_gradient_entropy (policy)")
 
 
 # ---------------------------------------------------------------- healthy, end to end
