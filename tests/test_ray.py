@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from conftest import http_get, prometheus_watching
-from rlvitals.rows import MEASURED_KEYS
+from rlvitals.rows import MEASURED_KEYS, MODE_KEYS
 
 RAY_ENV = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",   # bind every Ray server to 127.0.0.1
@@ -181,9 +181,9 @@ def test_one_actor_sync_replays_local_mode(ray_address, tmp_path, extra):
     finish(train(["--mode", "ray", "--address", ray_address, "--num-actors", "1", "--sync", "true",
                   "--run-dir", str(tmp_path / "ray"), *STARTUP, *common]))
 
-    def curve(name):  # every row, less what is read from the machine (clock, memory)
+    def curve(name):  # every row, less what is read from the machine (clock, memory) and what one mode adds
         rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
-        return [{k: v for k, v in row.items() if k not in MEASURED_KEYS} for row in rows]
+        return [{k: v for k, v in row.items() if k not in MEASURED_KEYS + MODE_KEYS} for row in rows]
 
     def final_weights(name):  # the network (and its observation statistics) the run ended with
         return torch.load(tmp_path / name / "checkpoints" / "latest.pt", weights_only=True)["network"]
