@@ -24,6 +24,12 @@ ROW_ONLY_KEYS = {
 }
 """Row keys that no metric exports, with what they hold."""
 
+OCCASIONAL_KEYS = {
+    "inv_actor_accounting": "Ray mode only: the actors' own counters travel on their rollouts",
+    "inv_memory_per_sample": "once the run has seen 32 updates' worth of memory readings",
+}
+"""Keys a row holds only in some runs, with when."""
+
 LEARNER_ONLY_KEYS = ("nonfinite", "nonfinite_samples", "loss_finite", "grads_finite", "params_finite")
 """Statistics of the learner, absent where none runs (the `random` and `fixed` probe agents)."""
 
@@ -75,6 +81,9 @@ def render_section() -> list[str]:
         "",
         ", ".join(f"`{k}`" for k in LEARNER_ONLY_KEYS) + " and the learner's other per-batch statistics "
         "(losses, `kl`, ...) are there only where a learner runs: not for the `random` and `fixed` probe agents.",
+        "",
+        "Some invariant statistics are there only in some runs: "
+        + "; ".join(f"`{k}`: {when}" for k, when in OCCASIONAL_KEYS.items()) + ".",
         "",
     ]
     return out
