@@ -41,7 +41,9 @@ class Diagnosis:
         loud = [v for v in self.verdicts if v.severity in LOUD]
         if not loud:
             return None
-        return min(loud, key=lambda v: (fire_time(v), LOUD.index(v.severity)))
+        # Evidence first: the update it held at, then the clock (which differs from machine to machine).
+        return min(loud, key=lambda v: (v.first_update if v.first_update is not None else float("inf"),
+                                        fire_time(v), LOUD.index(v.severity)))
 
 
 def fire_time(v: Verdict) -> float:
