@@ -51,7 +51,7 @@ INVARIANTS_SHOWN = 10
 def invariants_broken() -> Panel:
     name = "rlvitals_invariant_broken"
     # One query: each broken invariant by name, or else (no invariant label) the run's count of broken ones.
-    expr = f"(max by (run_id, invariant) ({series(name)}) > 0) or sum by (run_id) ({series(name)})"
+    expr = f"(max by (run_id, invariant) ({series(name)}) > bool 0 > 0) or sum by (run_id) ({series(name)} > bool 0)"
     return Panel("Invariants broken", (name,), [target(expr, legend(("run_id", "invariant")))],
                  "none", "per run the number of invariants broken, and each broken one by name", width=12,
                  defaults={"min": 0},

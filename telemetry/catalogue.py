@@ -237,9 +237,10 @@ METRICS: tuple[Metric, ...] = (
            "below the invariant's limit on every update.",
            labels=("invariant",), label_values={"invariant": INVARIANT_NAMES}, source="inv_{invariant}"),
     Metric("rlvitals_invariant_broken", "gauge", "learner", "standard", "none",
-           "1 once an invariant's statistic has been over its limit for its hold (counted in updates, never "
-           "seconds), and for the rest of the run; else 0. Healthy: 0 for every invariant. The `RLInvariant...` "
-           "alert of the same name fires on it and names the component that owns the invariant.",
+           "0 while an invariant holds; once its statistic has been over its limit for its hold (counted in "
+           "updates, never seconds), the update at which it broke, for the rest of the run. Healthy: 0 for every "
+           "invariant. The `RLInvariant...` alert of the same name fires on it and names the component that owns "
+           "the invariant.",
            labels=("invariant",), label_values={"invariant": INVARIANT_NAMES}, source="inv_broken_{invariant}"),
     Metric("rlvitals_learner_phase_seconds_total", "counter", "learner", "standard", "s",
            "Seconds the learner spent in each phase; the phases cover the whole learner loop, so they add up "

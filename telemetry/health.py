@@ -140,7 +140,8 @@ class HealthMonitor:
                 continue
             since = self.pending.setdefault(rule.name, t)
             if rule.name not in self.fired and t - since >= rule.hold_seconds - 1e-9:
-                update = lookup("updates", since)
+                # The evidence's own update where the rule carries it (invariants), else the one in force then.
+                update = lookup(rule.update_key, t) if rule.update_key else lookup("updates", since)
                 verdict = Verdict(rule.name, rule.severity, rule.component, round(since, 3),
                                   None if update is None else int(update), _message(rule, value, t, self.run_id))
                 self.fired[rule.name] = verdict

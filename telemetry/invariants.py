@@ -369,7 +369,7 @@ class InvariantMonitor:
             self.streak[inv.name] += 1
             if self.streak[inv.name] >= inv.hold_updates and inv.name not in self.broken_at:
                 self.broken_at[inv.name] = update
-        return {inv.broken_key: float(inv.name in self.broken_at) for inv in self.invariants}
+        return {inv.broken_key: float(self.broken_at.get(inv.name, 0)) for inv in self.invariants}
 
     def state(self) -> dict:
         return {"streak": dict(self.streak), "broken_at": dict(self.broken_at)}

@@ -88,6 +88,9 @@ class Rule:
     """What it means and what to check, in a few sentences."""
     after_updates: int = 0
     """The rule only applies once the learner has done this many updates (start-up transients)."""
+    update_key: str = ""
+    """Row key that holds the update at which the condition first held (an invariant's `inv_broken_*`); empty:
+    the verdict's update is the `updates` in force when the rule first held."""
 
     @property
     def live_only(self) -> bool:
@@ -379,7 +382,7 @@ def invariant_rule(inv: Invariant) -> Rule:
     The hold is counted in updates by the monitor (telemetry.invariants), so the rule itself waits for nothing.
     """
     return Rule(inv.rule_name, S(inv.broken_key) > 0, 0, "fast", inv.severity, inv.component,
-                inv.summary + " in run {{ $labels.run_id }}", inv.check)
+                inv.summary + " in run {{ $labels.run_id }}", inv.check, update_key=inv.broken_key)
 
 
 RULES = RULES + tuple(invariant_rule(inv) for inv in INVARIANTS)

@@ -31,6 +31,7 @@ from telemetry_support import (
 
 from rlvitals.actors.runner import EnvRunner
 from rlvitals.config import TrainConfig
+from rlvitals.learner.invariants import KEYS as LEARNER_STATISTICS
 from rlvitals.telemetry.catalogue import (
     BY_NAME,
     METRICS,
@@ -38,6 +39,7 @@ from rlvitals.telemetry.catalogue import (
     exposed_names,
 )
 from rlvitals.telemetry.interface import RecorderTelemetry
+from rlvitals.telemetry.invariants import INVARIANTS
 from rlvitals.telemetry.recorder import COMPONENTS, Recorder
 from rlvitals.training import make_learner, make_network, seed_everything
 
@@ -295,11 +297,15 @@ def test_learner_stats_provide_every_catalogue_source(test_env):
         stats = learner.learn(runner.collect(net, cfg.rollout_length))
     finally:
         runner.close()
+    learners = {inv.statistic for inv in INVARIANTS} & set(LEARNER_STATISTICS)
     for m in sourced("learner", ("gauge",)):
         if m.name in ("rlvitals_learner_training_intensity", "rlvitals_learner_rollouts_alive",
-                      "rlvitals_learner_staleness_batches", "rlvitals_learner_actor_weights_mismatch_ratio"):
+                      "rlvitals_learner_staleness_batches", "rlvitals_learner_actor_weights_mismatch_ratio",
+                      "rlvitals_invariant_broken"):
             continue  # the recorder or the run's learn step adds these (Run.weights_mismatch: the actors' record)
         for _, key in label_sets(m):
+            if m.name == "rlvitals_invariant_statistic" and key not in learners:
+                continue  # the witness's and the run's own statistics (actors/witness.py, rlvitals/evidence.py)
             assert key in stats, f"{m.name} reads stats[{key!r}], which PPOLearner.learn does not provide"
             assert math.isfinite(stats[key]), (key, stats[key])  # every statistic is defined on this env
     for key in ("learner_steps", "updates", "samples", "samples_learned", "time_transfer",
