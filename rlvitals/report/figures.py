@@ -29,6 +29,11 @@ AXIS_STYLE = {"gridcolor": "#eceff1", "linecolor": "#b0bec5", "showline": True, 
 PLOT_CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["select2d", "lasso2d"]}
 
 
+LEGEND_MOST = 12
+"""Legend entries a plot lists at most; beyond, the legend would crowd out the plot (Plotly's automargin keeps
+redrawing): it lists one entry per run and the names are read from the hover instead."""
+
+
 def scatter(xs: list, ys: list, line: dict, name: str, **extra) -> dict:
     """A line trace; markers too while there are few points (a one-row run still shows a dot)."""
     trace = {"type": "scatter", "x": xs, "y": ys, "mode": "lines+markers" if len(xs) < 40 else "lines",
@@ -242,6 +247,13 @@ def panel_figure(panel: Panel, runs: list[Run]) -> dict | None:
     if y_range is not None:
         yaxis["range"] = y_range
     named = [t for t in fig["data"] if t.get("showlegend", True)]
+    if len(named) > LEGEND_MOST:   # too many to list: one entry per run, the names are in the hover
+        owners: set[str] = set()
+        for t in named:
+            owner = t.get("name", "").split(" · ")[0] if len(runs) > 1 else ""
+            t["showlegend"] = owner not in owners
+            owners.add(owner)
+        named = [t for t in fig["data"] if t.get("showlegend", True)]
     layout = {"height": 300, "margin": {"l": 55, "r": 20, "t": 10, "b": 40}, "paper_bgcolor": "white",
               "plot_bgcolor": "white", "hovermode": "x unified",
               "font": {"family": "system-ui, sans-serif", "size": 11},
