@@ -108,6 +108,19 @@ def _wrap_loss(mp: pytest.MonkeyPatch, change: Callable) -> None:
     mp.setattr(ppo, "ppo_loss", ppo_loss)
 
 
+def _after_loss(mp: pytest.MonkeyPatch, change: Callable) -> None:
+    """The loss as computed, changed on its way out: change(loss, parts, s, args) -> (loss, parts)."""
+    from rlvitals.learner import ppo
+
+    original = ppo.ppo_loss
+
+    def ppo_loss(*args):
+        loss, parts = original(*args)
+        return change(loss, parts, args[-1], args)
+
+    mp.setattr(ppo, "ppo_loss", ppo_loss)
+
+
 # ---------------------------------------------------------------- the bugs
 
 
@@ -162,15 +175,8 @@ def policy_ratio_inverted(mp):
 
 
 def value_loss_ascends(mp):
-    from rlvitals.learner import ppo
-
-    original = ppo.ppo_loss
-
-    def ppo_loss(logp, behaviour_logp, values, advantages, value_targets, entropy, s):
-        loss, parts = original(logp, behaviour_logp, values, advantages, value_targets, entropy, s)
-        return loss - 2 * s.value_coef * parts["value_loss"], parts   # + c*L_V became - c*L_V
-
-    mp.setattr(ppo, "ppo_loss", ppo_loss)
+    # + c*L_V became - c*L_V
+    _after_loss(mp, lambda loss, parts, s, args: (loss - 2 * s.value_coef * parts["value_loss"], parts))
 
 
 def advantages_normalised_wrong_shape(mp):
@@ -406,15 +412,8 @@ def policy_trained_on_value_targets(mp):
 
 
 def value_coefficient_applied_twice(mp):
-    from rlvitals.learner import ppo
-
-    original = ppo.ppo_loss
-
-    def ppo_loss(logp, behaviour_logp, values, advantages, value_targets, entropy, s):
-        loss, parts = original(logp, behaviour_logp, values, advantages, value_targets, entropy, s)
-        return loss + (s.value_coef * s.value_coef - s.value_coef) * parts["value_loss"], parts
-
-    mp.setattr(ppo, "ppo_loss", ppo_loss)
+    _after_loss(mp, lambda loss, parts, s, args:
+                (loss + (s.value_coef * s.value_coef - s.value_coef) * parts["value_loss"], parts))
 
 
 # optimisation: a parameter with a gradient that the optimizer does not step
@@ -460,15 +459,7 @@ def residual_variance_arguments_swapped(mp):
 
 
 def clip_fraction_reported_inverted(mp):
-    from rlvitals.learner import ppo
-
-    original = ppo.ppo_loss
-
-    def ppo_loss(*args):
-        loss, parts = original(*args)
-        return loss, {**parts, "clip_fraction": 1 - parts["clip_fraction"]}
-
-    mp.setattr(ppo, "ppo_loss", ppo_loss)
+    _after_loss(mp, lambda loss, parts, s, args: (loss, {**parts, "clip_fraction": 1 - parts["clip_fraction"]}))
 
 
 # pipeline: memory, weights, accounting
@@ -478,17 +469,13 @@ GRAPHS: list = []
 
 
 def learner_keeps_every_loss_graph(mp):
-    from rlvitals.learner import ppo
-
     GRAPHS.clear()
-    original = ppo.ppo_loss
 
-    def ppo_loss(*args):
-        loss, parts = original(*args)
+    def keep(loss, parts, s, args):
         GRAPHS.append((loss, args))                # the loss with its graph, and the minibatch it came from
         return loss, parts
 
-    mp.setattr(ppo, "ppo_loss", ppo_loss)
+    _after_loss(mp, keep)
 
 
 def weights_one_age_behind(mp):
