@@ -7,7 +7,7 @@ For each bug of tests/planted_bugs.BUGS:
 - `run` channel: tests/diagnose.diagnose on the bug's env (CartPole-v1 unless it says) with the bug
   applied (Ray-mode bugs in Ray mode, from their overrides), stopped at the first warning-or-worse
   verdict or after `--budget` seconds (default 60). The component named is the first loud verdict's; the seconds are
-  `Diagnosis.fired_after_s` (run seconds at which it fired: its streak start plus the rule's hold).
+  `Diagnosis.fired_after_s` (run seconds of the row at which it fired; holds count updates, not seconds).
 - `doctor` channel (every bug by default; `--doctor expected` only for bugs whose channel is
   `doctor`): rlvitals.doctor.run_doctor with the bug applied. A bug's learning-setting overrides are
   the user's config (`doctor --config`, built as build_config(None, overrides)); a Ray-mode bug also

@@ -69,6 +69,17 @@ def invariant_statistics() -> Panel:
                       "on the log scale.")
 
 
+def rules_holding() -> Panel:
+    name = "rlvitals_rule_held_updates"
+    expr = f"topk({INVARIANTS_SHOWN}, max by (run_id, rule) ({series(name)}) >= 0)"
+    return Panel("Health rules holding (updates)", (name,), [target(expr, legend(("run_id", "rule")))], "short",
+                 f"the {INVARIANTS_SHOWN} rules whose condition has held longest, in learner updates",
+                 width=24, defaults={"min": 0},
+                 note="Healthy: nothing drawn, or only info rules. A line counts the updates a rule's condition "
+                      "has held without a break; the rule's alert fires when it reaches the rule's hold "
+                      "(docs/health.md), counted in updates so any machine agrees.")
+
+
 def overview() -> Dashboard:
     ret = "rlvitals_actor_episode_return"
     return Dashboard("rlvitals-overview", "rlvitals / Overview",
@@ -168,7 +179,7 @@ def learning() -> Dashboard:
                    note="Healthy: every term at or above 0 (policy about 1, value the value coefficient, entropy "
                         "the entropy coefficient); below 0 is a sign error in that loss term."),
         ]),
-        Row("Invariants", [invariants_broken(), invariant_statistics()]),
+        Row("Invariants", [invariants_broken(), invariant_statistics(), rules_holding()]),
         Row("Distributions", [
             heatmap("rlvitals_learner_value_target_distribution", width=12,
                     note="Healthy: mass inside +-r_max / (1 - gamma) for the env's reward scale, drifting slowly as "

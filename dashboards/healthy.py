@@ -15,8 +15,8 @@ import operator
 from dataclasses import dataclass
 
 from rlvitals.telemetry.bands import band_text, catalogue_bands
-from rlvitals.telemetry.catalogue import BY_NAME
-from rlvitals.telemetry.rules import ROW_KEYS, RULES, thresholds
+from rlvitals.telemetry.catalogue import BY_NAME, ROW_KEYS
+from rlvitals.telemetry.rules import RULES, thresholds
 
 SEVERITY_COLOURS = {"critical": "red", "warning": "orange", "info": "yellow"}
 """Most severe first: where several rules fire, the first of these that fires gives the colour."""

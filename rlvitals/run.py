@@ -56,8 +56,10 @@ class Run:
         self.tracker = RunTracker(cfg.total_env_steps, cfg.return_threshold)
         self.guard = NonFiniteGuard(archive.path, cfg.max_nonfinite_batches)
         # The health rules watch every run: verdicts print as they fire and end in verdicts.json.
+        # Counted in updates on each row; the count is exported, and the Prometheus alerts fire on it.
         self.health = HealthMonitor(run_id=str(archive.meta.get("run_id", "")),
-                                    on_verdict=print_verdict if cfg.progress else None)
+                                    on_verdict=print_verdict if cfg.progress else None,
+                                    on_held=self.telemetry.record_rule_held)
         self.rows = RowWriter(archive, [self.health, *observers])
         # Invariants are judged per update on evidence (telemetry/invariants.py); their state rides in every row.
         self.invariants = InvariantMonitor()

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .invariants import INVARIANTS
+from .rules import EXTRA_ROW_KEYS, HELD_KEY, HELD_METRIC, INVARIANT_BROKEN_METRIC, ROW_RULE_NAMES, RULES
 
 LEVELS = ("off", "minimal", "standard", "debug")
 KINDS = ("counter", "gauge", "histogram", "info")
@@ -236,12 +237,20 @@ METRICS: tuple[Metric, ...] = (
            "larger the more it is broken; a sampled check keeps its last value between measurements. Healthy: "
            "below the invariant's limit on every update.",
            labels=("invariant",), label_values={"invariant": INVARIANT_NAMES}, source="inv_{invariant}"),
-    Metric("rlvitals_invariant_broken", "gauge", "learner", "standard", "none",
+    Metric(INVARIANT_BROKEN_METRIC, "gauge", "learner", "standard", "none",
            "0 while an invariant holds; once its statistic has been over its limit for its hold (counted in "
            "updates, never seconds), the update at which it broke, for the rest of the run. Healthy: 0 for every "
            "invariant. The `RLInvariant...` alert of the same name fires on it and names the component that owns "
            "the invariant.",
            labels=("invariant",), label_values={"invariant": INVARIANT_NAMES}, source="inv_broken_{invariant}"),
+    Metric(HELD_METRIC, "gauge", "learner", "standard", "short",
+           "Per health rule on the run's statistics (docs/health.md; invariants have their own flag), how many "
+           "learner updates its condition has "
+           "held without a break; -1 while it does not hold. Counted by the run's own health monitor on the "
+           "evidence (updates), never in seconds, so a fast and a slow machine agree; the rule's alert fires when "
+           "it reaches the rule's hold. Healthy: -1 for every rule but the info ones.",
+           labels=("rule",), label_values={"rule": ROW_RULE_NAMES}, source=HELD_KEY,
+           not_in_rows="the health monitor derives it from the rows, and replaying them gives it again"),
     Metric("rlvitals_learner_phase_seconds_total", "counter", "learner", "standard", "s",
            "Seconds the learner spent in each phase; the phases cover the whole learner loop, so they add up "
            "to its wall time. `wait`: fetching and unpacking rollouts (or, local mode, collecting them); "
@@ -369,6 +378,37 @@ METRICS: tuple[Metric, ...] = (
 )
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
+
+
+def _row_keys() -> dict[str, tuple[Metric, tuple[tuple[str, str], ...]]]:
+    """Row key -> (catalogue metric, its label values), from each metric's `source` pattern."""
+    out = {}
+    for m in METRICS:
+        if not m.source:
+            continue
+        if not m.labels:
+            out[m.source] = (m, ())
+            continue
+        (label,) = m.labels  # every row-backed labelled metric has one closed label
+        for value in m.label_values[label]:
+            out[m.source.format(**{label: value})] = (m, ((label, value),))
+    return out
+
+
+ROW_KEYS = _row_keys()
+"""Every key a catalogue metric is recorded from (metrics.jsonl keys, and the few `not_in_rows`), with the metric and
+its labels."""
+
+
+def _check_rule_keys() -> None:
+    """Every health rule reads only keys the run records."""
+    for rule in RULES:
+        unknown = rule.condition.keys() - ROW_KEYS.keys() - set(EXTRA_ROW_KEYS)
+        if unknown:
+            raise ValueError(f"rule {rule.name} reads {sorted(unknown)}, which no catalogue metric records")
+
+
+_check_rule_keys()
 
 
 def metrics_at(level: str) -> list[Metric]:

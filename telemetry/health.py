@@ -1,16 +1,16 @@
-"""The offline health evaluator: the health rules applied to a run's recorded rows.
+"""The health monitor: the health rules judged on a run's recorded rows, counted in evidence.
 
-It evaluates the same expressions the Prometheus alert rules are generated
-from, the way Prometheus does: on a grid of evaluation times (every `step`
-seconds of run time), each series is the latest recorded value within the
-look-back window, and a rule fires once its condition has held at every
-evaluation for `hold_seconds`. So a finished run's verdicts are what a
-Prometheus that scraped it would have alerted on (tests check this with
-`promtool test rules` on the same series).
+Every row is one evaluation, on the run's evidence axis: the learner's update
+count (telemetry/conditions.py). A rule fires once its condition has held at
+every row over `hold` updates, so the same run gives the same verdicts at the
+same update however fast the machine is. The verdict's `first_update` and
+`first_seconds` say where the streak that fired began.
 
-`HealthMonitor` takes rows one at a time (a run loop's row observer) and
-reports each rule the moment it fires; `evaluate_rows` and `evaluate_run`
-replay a recorded run.
+`HealthMonitor` takes rows one at a time (a run loop's row observer), reports
+each rule the moment it fires, and hands how many updates each rule has held
+to `on_held` (the run exports it as `rlvitals_rule_held_updates`, which the
+Prometheus alerts read, so they and verdicts.json agree); `evaluate_rows` and
+`evaluate_run` replay a recorded run and find the same verdicts.
 """
 
 from __future__ import annotations
@@ -21,98 +21,106 @@ import json
 import math
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from .promexpr import LOOKBACK
 from .rules import RULES, Rule
 from .verdicts import Verdict, write_verdicts
 
+AXIS_KEY = "updates"
+"""The evidence axis: rules are judged at the learner update each row records."""
 TIME_KEY = "wall_seconds"
-DEFAULT_STEP = 1.0
 VERDICTS_FILE = "verdicts.json"
+NOT_HELD = -1
+"""What `on_held` reports for a rule whose condition does not hold now."""
 
 
 class RowSeries:
-    """Every recorded value of each row key, in time order, for look-ups at any time."""
+    """Every recorded value of each row key, in update order, for look-ups at any update."""
 
     def __init__(self, keys: Iterable[str] | None = None):
         self.keys = set(keys) if keys is not None else None
-        self.times: dict[str, list[float]] = {}
+        self.at: dict[str, list[float]] = {}
         self.values: dict[str, list[float]] = {}
-        self.last_time = -math.inf
+        self.last = -math.inf
 
-    def add(self, row: dict) -> None:
-        t = row.get(TIME_KEY)
-        if not isinstance(t, (int, float)) or t < self.last_time:
-            return  # rows without a time, or out of order (a resumed run's overlap), cannot be placed
-        self.last_time = float(t)
+    def add(self, row: dict) -> bool:
+        """Record a row; False (nothing recorded) for one without an update count or behind the last one (a
+        resumed run's overlap), which cannot be placed."""
+        u = row.get(AXIS_KEY)
+        if isinstance(u, bool) or not isinstance(u, (int, float)) or math.isnan(u) or u < self.last:
+            return False
+        self.last = float(u)
         for key, value in row.items():
             if self.keys is not None and key not in self.keys:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
                 continue
-            self.times.setdefault(key, []).append(float(t))
+            self.at.setdefault(key, []).append(float(u))
             self.values.setdefault(key, []).append(float(value))
+        return True
 
-    def lookup(self, key: str, t: float) -> float | None:
-        times = self.times.get(key)
-        if not times:
+    def lookup(self, key: str, u: float) -> float | None:
+        """The latest value recorded at or before update `u` (a gauge keeps its last value)."""
+        at = self.at.get(key)
+        if not at:
             return None
-        i = bisect.bisect_right(times, t + 1e-9) - 1
-        if i < 0 or t - times[i] > LOOKBACK:
-            return None
-        return self.values[key][i]
+        i = bisect.bisect_right(at, u + 1e-9) - 1
+        return self.values[key][i] if i >= 0 else None
 
     def prune(self, before: float) -> None:
         """Forget values no evaluation can reach any more (keeps memory flat on week-long runs)."""
-        for key, times in self.times.items():
-            cut = bisect.bisect_left(times, before) - 1  # keep the last value before the cut for look-back
+        for key, at in self.at.items():
+            cut = bisect.bisect_left(at, before) - 1  # keep the last value before the cut for look-ups there
             if cut > 0:
-                del times[:cut]
+                del at[:cut]
                 del self.values[key][:cut]
 
 
-def _message(rule: Rule, value: float | None, t: float, run_id: str) -> str:
+def _extend(history: list[tuple[float, bool]], t: float, holds: bool) -> None:
+    if len(history) >= 2 and history[-1][1] == history[-2][1] == holds:
+        history[-1] = (t, holds)   # the run of equal outcomes goes on: only its latest row moves
+    else:
+        history.append((t, holds))
+
+
+def _message(rule: Rule, value: float | None, update: float, seconds, run_id: str) -> str:
     summary = rule.summary.replace("{{ $labels.run_id }}", run_id or "this run")
-    seen = f" (value {value:.4g} at {t:.0f} s)" if value is not None else ""
+    when = f" at update {update:.0f}" + (f", {seconds:.0f} s" if isinstance(seconds, (int, float)) else "")
+    seen = f" (value {value:.4g}{when})" if value is not None else ""
     return f"{summary}{seen}. {rule.check}"
 
 
 class HealthMonitor:
-    """Evaluates every rule on the rows of one run as they arrive."""
+    """Judges every rule on the rows of one run as they arrive."""
 
-    def __init__(self, rules: Iterable[Rule] = RULES, step: float = DEFAULT_STEP, run_id: str = "",
-                 on_verdict=None):
+    def __init__(self, rules: Iterable[Rule] = RULES, run_id: str = "", on_verdict=None,
+                 on_held: Callable[[dict[str, int]], None] | None = None):
         self.rules = [r for r in rules if not r.live_only]
-        self.step = step
         self.run_id = run_id
-        self.on_verdict = on_verdict
-        keys = set().union(*(r.expr.keys() for r in self.rules)) | {"updates"}
-        self.series = RowSeries(keys)
-        self.reach = LOOKBACK + max((_max_offset(r) for r in self.rules), default=0.0) + \
-            max((r.hold_seconds for r in self.rules), default=0)
-        self.next_eval = 0.0
-        self.pending: dict[str, float] = {}
+        self.on_verdict, self.on_held = on_verdict, on_held
+        keys = set().union(*(r.expr.keys() | ({r.update_key} if r.update_key else set()) for r in self.rules))
+        self.series = RowSeries(keys | {AXIS_KEY})
+        self.reach = max((r.expr.reach() for r in self.rules), default=0.0)
+        self.since: dict[str, tuple[float, float | None]] = {}
+        """Rule -> (update, run seconds) of the first row of its condition's current streak."""
         self.fired: dict[str, Verdict] = {}
         self.history: dict[str, list[tuple[float, bool]]] | None = None
 
     def record_history(self) -> None:
-        """Keep every rule's per-evaluation outcome (the report draws it)."""
+        """Keep every rule's outcome as (run seconds, held), the first and the latest row of each run of equal
+        outcomes (the report draws the spans; memory grows with the changes, not with the rows)."""
         self.history = {r.name: [] for r in self.rules}
 
     def __call__(self, row: dict) -> None:
-        t = row.get(TIME_KEY)
-        if not isinstance(t, (int, float)):
+        if not self.series.add(row):
             return
-        # Rows arrive in time order: every evaluation time before this row is final now.
-        self._evaluate_until(float(t), inclusive=False)
-        self.series.add(row)
+        t = row.get(TIME_KEY)
+        self._evaluate(self.series.last, float(t) if isinstance(t, (int, float)) else None)
+        self.series.prune(self.series.last - self.reach)
 
     def finish(self) -> list[Verdict]:
-        """Evaluate up to the last row and return the verdicts, in the order they fired."""
-        if self.series.last_time > -math.inf:
-            self._evaluate_until(self.series.last_time, inclusive=True)
+        """The verdicts, in the order they fired (every row is judged as it arrives)."""
         return self.verdicts()
 
     def close(self, run_dir: str | Path) -> None:
@@ -120,50 +128,37 @@ class HealthMonitor:
         write_verdicts(Path(run_dir) / VERDICTS_FILE, self.finish())
 
     def verdicts(self) -> list[Verdict]:
-        return sorted(self.fired.values(), key=lambda v: (v.first_seconds, v.rule))
+        return sorted(self.fired.values(), key=lambda v: (v.first_update is None, v.first_update or 0,
+                                                          v.first_seconds or 0.0, v.rule))
 
-    def _evaluate_until(self, t: float, inclusive: bool) -> None:
-        while self.next_eval < t or (inclusive and self.next_eval <= t + 1e-9):
-            self._evaluate_at(self.next_eval)
-            self.next_eval = round(self.next_eval + self.step, 9)
-        self.series.prune(self.next_eval - self.reach)
-
-    def _evaluate_at(self, t: float) -> None:
+    def _evaluate(self, u: float, t: float | None) -> None:
         lookup = self.series.lookup
+        held = {}
         for rule in self.rules:
-            value = rule.expr.value(lookup, t)
+            value = rule.expr.value(lookup, u)
             holds = value is not None
-            if self.history is not None:
-                self.history[rule.name].append((t, holds))
+            if self.history is not None and t is not None:
+                _extend(self.history[rule.name], t, holds)
             if not holds:
-                self.pending.pop(rule.name, None)
+                self.since.pop(rule.name, None)
+                if not rule.alert_query:
+                    held[rule.name] = NOT_HELD
                 continue
-            since = self.pending.setdefault(rule.name, t)
-            if rule.name not in self.fired and t - since >= rule.hold_seconds - 1e-9:
-                # The evidence's own update where the rule carries it (invariants), else the one in force then.
-                update = lookup(rule.update_key, t) if rule.update_key else lookup("updates", since)
-                verdict = Verdict(rule.name, rule.severity, rule.component, round(since, 3),
-                                  None if update is None else int(update), _message(rule, value, t, self.run_id))
+            start, start_t = self.since.setdefault(rule.name, (u, t))
+            if not rule.alert_query:
+                held[rule.name] = int(u - start)
+            if rule.name not in self.fired and u - start >= rule.hold:
+                # The evidence's own update where the rule carries it (invariants), else where the streak began.
+                update = lookup(rule.update_key, u) if rule.update_key else start
+                verdict = Verdict(rule.name, rule.severity, rule.component,
+                                  None if start_t is None else round(start_t, 3),
+                                  None if update is None else int(update),
+                                  _message(rule, value, u, t, self.run_id))
                 self.fired[rule.name] = verdict
                 if self.on_verdict is not None:
                     self.on_verdict(verdict)
-
-
-def _max_offset(rule: Rule) -> float:
-    from .promexpr import Abs, AvgOverTime, Bin, Series
-
-    def walk(e) -> float:
-        if isinstance(e, Series):
-            return e.offset
-        if isinstance(e, AvgOverTime):
-            return e.series.offset + e.seconds
-        if isinstance(e, Bin):
-            return max(walk(e.left), walk(e.right))
-        if isinstance(e, Abs):
-            return walk(e.inner)
-        return 0.0
-
-    return walk(rule.expr)
+        if self.on_held is not None:
+            self.on_held(held)
 
 
 INT_MAX = 2**63 - 1
@@ -264,15 +259,14 @@ def read_rows(path: str | Path) -> list[dict]:
         return list(parse_rows(stream, RowTally()))
 
 
-def evaluate_rows(rows: Iterable[dict], rules: Iterable[Rule] = RULES, step: float = DEFAULT_STEP,
-                  run_id: str = "") -> list[Verdict]:
-    monitor = HealthMonitor(rules, step, run_id)
+def evaluate_rows(rows: Iterable[dict], rules: Iterable[Rule] = RULES, run_id: str = "") -> list[Verdict]:
+    monitor = HealthMonitor(rules, run_id)
     for row in rows:
         monitor(row)
     return monitor.finish()
 
 
-def evaluate_run(run_dir: str | Path, step: float = DEFAULT_STEP) -> list[Verdict]:
+def evaluate_run(run_dir: str | Path) -> list[Verdict]:
     run_dir = Path(run_dir)
     run_id = ""
     meta = run_dir / "meta.json"
@@ -281,7 +275,7 @@ def evaluate_run(run_dir: str | Path, step: float = DEFAULT_STEP) -> list[Verdic
             run_id = str(json.loads(meta.read_text()).get("run_id", ""))
         except (json.JSONDecodeError, OSError):
             pass
-    return evaluate_rows(read_rows(run_dir / "metrics.jsonl"), step=step, run_id=run_id)
+    return evaluate_rows(read_rows(run_dir / "metrics.jsonl"), run_id=run_id)
 
 
 def bands_for(key: str) -> list[tuple[float | None, float | None]]:

@@ -18,6 +18,7 @@ import time
 from typing import Protocol, runtime_checkable
 
 from .recorder import Recorder
+from .rules import HELD_KEY
 
 
 @runtime_checkable
@@ -39,6 +40,10 @@ class Telemetry(Protocol):
 
     def record_invariants(self, judged: dict) -> None:
         """The invariants judged without an update (a dropped batch, the run's end): `inv_*` keys as in stats."""
+
+    def record_rule_held(self, held: dict) -> None:
+        """Per health rule, the updates its condition has held (-1: it does not hold), as the health monitor
+        counts them on each row."""
 
     def record_queue(self, depth: int, capacity: int) -> None:
         """Rollouts finished by actors but not yet taken by the learner, and how many may be."""
@@ -92,6 +97,9 @@ class NullTelemetry:
         pass
 
     def record_invariants(self, judged: dict) -> None:
+        pass
+
+    def record_rule_held(self, held: dict) -> None:
         pass
 
     def record_queue(self, depth: int, capacity: int) -> None:
@@ -160,6 +168,9 @@ class RecorderTelemetry:
     def record_invariants(self, judged: dict) -> None:
         # The same gauges as a batch's statistics; nothing here is a counter, so nothing is counted twice.
         self._recorder.record_learn({k: v for k, v in judged.items() if k.startswith("inv_")})
+
+    def record_rule_held(self, held: dict) -> None:
+        self._recorder.record_learn({HELD_KEY.format(rule=rule): float(n) for rule, n in held.items()})
 
     def record_queue(self, depth: int, capacity: int) -> None:
         self._recorder.record_queue(depth, capacity)

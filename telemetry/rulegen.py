@@ -12,8 +12,8 @@ from pathlib import Path
 
 import yaml
 
+from .conditions import duration
 from .fleet_rules import NAMES_WHAT, PROCESSES, RECORDING
-from .promexpr import duration
 from .rules import RULES, Rule, thresholds
 from .verdicts import COMPONENTS
 
@@ -30,8 +30,8 @@ DASHBOARD = {"policy": "rlvitals-learning", "value": "rlvitals-learning", "retur
 
 def alert(rule: Rule) -> dict:
     out = {"alert": rule.name, "expr": rule.promql()}
-    if rule.hold_seconds:
-        out["for"] = duration(rule.hold_seconds)
+    if rule.live_only and rule.hold:  # rules on the run's rows count their hold in updates, in the expression
+        out["for"] = duration(rule.hold)
     out["labels"] = {"severity": rule.severity, "component": rule.component, "horizon": rule.horizon}
     out["annotations"] = {"summary": rule.summary, "description": rule.check,
                           "runbook_url": f"{RUNBOOK_BASE}#{rule.anchor}",
@@ -46,10 +46,13 @@ HEADER = """\
 #
 # Each alert carries the component it implicates (label `component`, one of the
 # vocabulary in docs/health.md), its severity and horizon (fast: decided within
-# tens of seconds; slow: trends over minutes to hours), and a runbook_url to the
-# rule's section of docs/health.md. Every series is aggregated `by (run_id)` so
-# the processes of one run meet in one value. The offline evaluator
-# (telemetry/health.py) applies the same expressions to a run's metrics.jsonl.
+# tens of updates; slow: trends over thousands), and a runbook_url to the rule's
+# section of docs/health.md. A rule on the run's statistics is judged by the run's
+# own health monitor (telemetry/health.py) on every row, counted in learner updates,
+# never seconds; the monitor exports how many updates each condition has held
+# (rlvitals_rule_held_updates) and the alert fires when that reaches the rule's
+# hold, so alerts and the run's verdicts.json agree on any machine. Live-only
+# rules (scrape health, GPU memory, progress that stopped) are PromQL with a `for`.
 # Fleet rules (telemetry/fleet_rules.py, group rlvitals-fleet: recording rules of
 # per-actor rates and the fleet's median and spread, then the alerts) are one alert
 # per run whose value counts the processes affected; their `processes` annotation
@@ -74,17 +77,29 @@ def _threshold_text(rule: Rule) -> str:
     return ", ".join(f"`{k} {op} {v:g}`" for k, op, v in found) or "none"
 
 
+def _hold(rule: Rule) -> str:
+    return f"{rule.hold} {rule.hold_unit}" if rule.hold != 1 else f"1 {rule.hold_unit[:-1]}"
+
+
 def render_docs() -> str:
     out = ["# Health rules", "",
            "GENERATED from `telemetry/rules.py` by `python -m rlvitals.telemetry.rulegen`.", "",
            "Every rule says what must hold in a correct run. The same rules become the Prometheus alerts "
            "(`deploy/prometheus/rules/rlvitals.yml`), the threshold lines on the dashboards and in "
-           "`rlvitals report`, and the verdicts a run writes to `verdicts.json` when it ends (the offline "
-           "evaluator, `telemetry/health.py`, replays the run's `metrics.jsonl` the way Prometheus would "
-           "have evaluated it).", "",
-           "- **fast** rules decide within tens of seconds, for states that are never healthy after the first "
-           "updates; **slow** rules read trends over minutes to hours.",
-           "- **hold**: how long the condition must hold before the rule fires (Prometheus `for`).",
+           "`rlvitals report`, and the verdicts a run writes to `verdicts.json`.", "",
+           "**Evidence, not seconds.** A rule on the run's statistics is judged by the run's own health monitor "
+           "(`telemetry/health.py`) on every row the run records, at the learner update the row records: its hold "
+           "and its windows count updates, never wall-clock seconds, so the same run reaches the same verdict at "
+           "the same update on a fast and a slow machine. The monitor exports how many updates each condition has "
+           "held (`rlvitals_rule_held_updates{rule}`, -1 while it does not hold); the rule's Prometheus alert fires "
+           "when that count reaches the hold, so the alerts a user watches and `verdicts.json` agree. Replaying a "
+           "run's `metrics.jsonl` (`rlvitals report`, `rlvitals doctor`) finds the same verdicts. Only live-only "
+           "rules count seconds: their evidence is a scrape's health, GPU memory, or progress that stopped, which "
+           "no row records.", "",
+           "- **fast** rules decide within tens of updates, for states that are never healthy after the first "
+           "updates; **slow** rules read trends over thousands of updates.",
+           "- **hold**: how many updates the condition must hold at every row before the rule fires (live-only "
+           "rules: seconds, Prometheus `for`).",
            "- **after**: the rule applies only after that many learner updates (start-up transients).",
            "- Row keys are the keys of `metrics.jsonl` (the catalogue's `source`, docs/metrics.md); value-like "
            "thresholds are scale-free: they compare with the reward scale and the horizon 1/(1-gamma).",
@@ -102,8 +117,9 @@ def render_docs() -> str:
            "| `rule` | the rule's name (a section below, or a doctor check) |",
            "| `severity` | `critical`, `warning` or `info` |",
            "| `component` | one of the components below |",
-           "| `first_seconds` | run seconds when the condition first held (the start of the streak that fired) |",
-           "| `first_update` | learner update at that time |",
+           "| `first_update` | learner update at which the condition first held (the start of the streak that fired; "
+           "an invariant's: the update at which it broke) |",
+           "| `first_seconds` | run seconds at that update's row |",
            "| `message` | what was seen and what to check |", "",
            "## Components", "", "| component | what it covers |", "|---|---|"]
     out += [f"| `{name}` | {text} |" for name, text in COMPONENTS.items()]
@@ -112,7 +128,7 @@ def render_docs() -> str:
             "group (`actor:` one series per actor, `run:` one per run):", "", "| series | PromQL |", "|---|---|"]
     out += [f"| `{name}` | `{expr}` |" for name, expr in RECORDING]
     out += ["", "## Rules", "", "| rule | horizon | severity | component | hold |", "|---|---|---|---|---|"]
-    out += [f"| [{r.name}](#{r.anchor}) | {r.horizon} | {r.severity} | {r.component} | {r.hold_seconds} s |"
+    out += [f"| [{r.name}](#{r.anchor}) | {r.horizon} | {r.severity} | {r.component} | {_hold(r)} |"
             for r in RULES]
     for r in RULES:
         summary = r.summary.replace(" in run {{ $labels.run_id }}", "").replace("{{ $labels.component }}", "")
@@ -120,11 +136,13 @@ def render_docs() -> str:
             " of run {{ $labels.run_id }}", "")
         out += ["", f"### {r.name}", "", f"{summary}.", "",
                 f"- component: `{r.component}`; severity: {r.severity}; horizon: {r.horizon}; "
-                f"hold: {r.hold_seconds} s" + (f"; after {r.after_updates} updates" if r.after_updates else ""),
+                f"hold: {_hold(r)}" + (f"; after {r.after_updates} updates" if r.after_updates else ""),
                 f"- reads: {', '.join(f'`{k}`' for k in sorted(r.condition.keys())) or 'live series only'}"
                 + (" (live only)" if r.live_only else ""),
-                f"- thresholds drawn: {_threshold_text(r)}",
-                f"- PromQL: `{r.promql()}`"]
+                f"- thresholds drawn: {_threshold_text(r)}"]
+        if not r.live_only:
+            out += [f"- condition: `{r.expr.text()}`"]
+        out += [f"- alert PromQL: `{r.promql()}`"]
         if r.name in PROCESSES:
             out += [f"- its value counts the processes affected; its `processes` annotation says {NAMES_WHAT[r.name]}"]
         out += ["", r.check]

@@ -3,14 +3,21 @@
 This list is the one source of the Prometheus alert rules
 (deploy/prometheus/rules/rlvitals.yml), the healthy bands and threshold lines
 the dashboards and the report draw, the rule reference (docs/health.md) and the
-offline evaluator (telemetry.health). Each condition is written from a
-principle that holds on every env, never from one env's numbers:
+health monitor that writes verdicts.json (telemetry.health). Each condition is
+written from a principle that holds on every env, never from one env's numbers.
 
-- `fast` rules decide within tens of seconds, for states that are never
-  healthy once the first updates are done (a head with no gradient, a KL that
-  is exactly 0 while the policy moves, actors acting with weights that stopped
-  changing, memory growing by the minute);
-- `slow` rules read trends over minutes to hours, for states that are only
+Evidence, not seconds: a rule on the run's statistics is judged on every row
+the run records, and its hold and windows count learner updates
+(telemetry/conditions.py), so the same run reaches the same verdict at the same
+update on a fast and a slow machine. The run's own monitor counts how many
+updates each condition has held and exports it (`rlvitals_rule_held_updates`);
+the Prometheus alert fires on that count, so alerts and verdicts.json agree.
+Only live-only rules count seconds (Prometheus `for`): their evidence is a
+scrape's health, GPU memory, or progress that stopped, which no row records.
+
+- `fast` rules decide within tens of updates, for states that are never
+  healthy once the first updates are done;
+- `slow` rules read trends over thousands of updates, for states that are only
   suspicious when they last (a value net that never catches up).
 
 Thresholds on values are scale-free: value-like signals are judged against the
@@ -21,54 +28,42 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .catalogue import METRICS, Metric
+from .conditions import Abs, Bin, Delta, Expr, Increase, Mean, Series
 from .invariants import INVARIANTS, Invariant
-from .promexpr import Abs, AvgOverTime, Bin, Delta, Expr, Num, Series
 from .verdicts import COMPONENTS, SEVERITIES
 
 HORIZONS = ("fast", "slow")
+HELD_METRIC = "rlvitals_rule_held_updates"
+"""Gauge the run's health monitor exports per rule: updates its condition has held (-1: it does not hold)."""
+INVARIANT_BROKEN_METRIC = "rlvitals_invariant_broken"
+"""Gauge of each invariant's broken flag (telemetry.catalogue): its rule's alert reads it directly."""
+HELD_KEY = "held_{rule}"
+"""Its source pattern (the monitor's output, not a row key)."""
+EXTRA_ROW_KEYS = ("wall_seconds",)
+"""Row keys a rule may read besides the catalogue's sources: the row's clock (throughput per second)."""
 
 
-def _row_keys() -> dict[str, tuple[Metric, tuple[tuple[str, str], ...]]]:
-    """Row key -> (catalogue metric, its label values), from each metric's `source` pattern."""
-    out = {}
-    for m in METRICS:
-        if not m.source:
-            continue
-        if not m.labels:
-            out[m.source] = (m, ())
-            continue
-        (label,) = m.labels  # every row-backed labelled metric has one closed label
-        for value in m.label_values[label]:
-            out[m.source.format(**{label: value})] = (m, ((label, value),))
-    return out
-
-
-ROW_KEYS = _row_keys()
-
-
-def S(key: str, agg: str | None = None) -> Series:
-    """The series recorded under row key `key`; counters add up over a run's processes."""
-    metric, labels = ROW_KEYS[key]
-    return Series(metric.name, key, labels, agg or ("sum" if metric.kind == "counter" else "max"))
+def S(key: str) -> Series:
+    """The value recorded under row key `key` (the catalogue checks that every rule's keys exist)."""
+    return Series(key)
 
 
 @dataclass(frozen=True, eq=False)
 class Live(Expr):
-    """A PromQL condition on series that rows do not record (scrape health, GPU): live alerts only."""
+    """A PromQL condition on series that rows do not record (scrape health, GPU, progress stopping): live only."""
 
     query: str
     reads: tuple[str, ...]
     """Metric names it reads (checked against the catalogue)."""
 
-    def promql(self) -> str:
-        return self.query
-
-    def value(self, lookup, t):
+    def value(self, lookup, u):
         return None
 
     def keys(self):
         return set()
+
+    def text(self) -> str:
+        return self.query
 
 
 @dataclass(frozen=True, eq=False)
@@ -77,8 +72,9 @@ class Rule:
     """Alert name (CamelCase, `RL` prefix); also the anchor of its section in docs/health.md."""
     condition: Expr
     """What is wrong when it holds. Comparisons of one series with a number become threshold lines."""
-    hold_seconds: int
-    """How long the condition must hold before the rule fires (Prometheus `for`)."""
+    hold: int
+    """How long the condition must hold before the rule fires: learner updates for a rule on the run's rows,
+    seconds (Prometheus `for`) for a live-only rule."""
     horizon: str
     severity: str
     component: str
@@ -90,11 +86,18 @@ class Rule:
     """The rule only applies once the learner has done this many updates (start-up transients)."""
     update_key: str = ""
     """Row key that holds the update at which the condition first held (an invariant's `inv_broken_*`); empty:
-    the verdict's update is the `updates` in force when the rule first held."""
+    the verdict's update is the one at which the condition's streak began."""
+    alert_query: str = ""
+    """The alert's PromQL where the run exports the evidence's verdict itself (an invariant's broken flag, latched
+    by its monitor); empty: the health monitor's count of updates held."""
 
     @property
     def live_only(self) -> bool:
         return not self.condition.keys()
+
+    @property
+    def hold_unit(self) -> str:
+        return "seconds" if self.live_only else "updates"
 
     @property
     def expr(self) -> Expr:
@@ -104,7 +107,10 @@ class Rule:
         return Bin("and", self.condition, S("updates") >= self.after_updates)
 
     def promql(self) -> str:
-        return self.expr.promql()
+        """The alert's PromQL: a live-only rule's own query; otherwise the monitor's count of updates held."""
+        if self.live_only:
+            return self.condition.text()
+        return self.alert_query or f'max by (run_id) ({HELD_METRIC}{{rule="{self.name}"}}) >= {self.hold}'
 
     @property
     def anchor(self) -> str:
@@ -118,24 +124,24 @@ def thresholds(rule: Rule) -> list[tuple[str, str, float]]:
     that leaves its healthy range; what follows (`advantage_std > 0`, fresh samples) only says
     when that matters, and draws no line.
     """
+    from .conditions import Num
+
     e = rule.condition
     while isinstance(e, Bin) and e.op == "and":
         e = e.left
     if not isinstance(e, Bin) or e.op not in (">", ">=", "<", "<=") or not isinstance(e.right, Num):
         return []
-    left = e.left.series if isinstance(e.left, AvgOverTime) else e.left
+    left = e.left.series if isinstance(e.left, Mean) else e.left
     if not isinstance(left, Series) or left.offset:
         return []
     return [(left.key, e.op, e.right.x)]
 
 
-MiB = 2 ** 20
 # The same network on the same observation gives the same log-probability; the
 # learner's batched forward pass may round differently from the actor's.
 LOGP_TOLERANCE = 1e-3
 
-# A healthy run drops nothing, so one drop is news: compared over two scrapes, a count that rose
-# fires within seconds of the series' start (a 60 s offset needs a minute of history first).
+# A healthy run drops nothing, so one drop is news; the alert clears once this many updates pass without one.
 DROP_WINDOW = 10
 
 # A correct loss reads >= 0 on every loss direction up to float rounding (healthy: about 0.01 to 1).
@@ -155,6 +161,14 @@ RECORD_CONSISTENT = (S("record_discrepancy") <= LOGP_TOLERANCE) & (S("weights_mi
 # the one that acted the optimizer's doing. Samples that waited in queues (Ray's asynchronous loop) were
 # acted on by a policy many optimizer steps back, and a healthy run's clip fraction there passed 0.3.
 FRESH = S("staleness_batches") <= 1
+
+# Slow rules judge trends over thousands of updates (a CartPole run does a few updates a second, Atari fewer).
+SLOW_WINDOW = 1000
+SLOW_HOLD = 2000
+# Env steps per wall second over the last SLOW_WINDOW updates, and the same 4,000 updates earlier.
+STEPS_PER_SECOND = Delta(S("env_steps"), SLOW_WINDOW) / Delta(S("wall_seconds"), SLOW_WINDOW)
+STEPS_PER_SECOND_BEFORE = Delta(S("env_steps").shifted(2 * SLOW_HOLD), SLOW_WINDOW) / \
+    Delta(S("wall_seconds").shifted(2 * SLOW_HOLD), SLOW_WINDOW)
 
 RULES: tuple[Rule, ...] = (
     # ------------------------------------------------------------------ fast: learning
@@ -225,16 +239,16 @@ RULES: tuple[Rule, ...] = (
          "The value head's bias gradient differs from the sum of the loss's gradients with respect to the "
          "values, which it must equal: gradients from earlier steps are still in .grad (zero_grad missing, or "
          "called after backward) or something else writes into them.", after_updates=2),
-    Rule("RLClipFractionHigh", (AvgOverTime(S("clip_fraction"), 30) > 0.3) & FRESH, 10, "fast", "warning",
+    Rule("RLClipFractionHigh", (Mean(S("clip_fraction"), 30) > 0.3) & FRESH, 10, "fast", "warning",
          "optimizer",
          "Many samples leave the PPO clip range in run {{ $labels.run_id }}",
-         "Averaged over 30 s, over 30% of the probability ratios leave the clip range: each batch moves the "
+         "Averaged over 30 updates, over 30% of the probability ratios leave the clip range: each batch moves the "
          "policy far beyond the trust region. Lower the learning rate or the epochs per batch; in Ray mode "
          "check sample staleness.", after_updates=5),
     # PPO is built to move the policy by about 0.01 nats per batch; staleness adds a few updates' worth.
-    Rule("RLPolicyStepsTooLarge", (AvgOverTime(S("kl"), 30) > 0.2) & FRESH, 10, "fast", "warning", "optimizer",
+    Rule("RLPolicyStepsTooLarge", (Mean(S("kl"), 30) > 0.2) & FRESH, 10, "fast", "warning", "optimizer",
          "Each update moves the policy far from the one that acted in run {{ $labels.run_id }}",
-         "Averaged over 30 s, KL(behaviour || learner) after each batch's update exceeds 0.2 nats, twenty times "
+         "Averaged over 30 updates, KL(behaviour || learner) after each batch's update exceeds 0.2 nats, twenty times "
          "what PPO aims at: the learning rate (or epochs per batch) is far too high, or samples are very "
          "stale. Lower the learning rate first.", after_updates=5),
     Rule("RLValueTargetsOutOfScale", S("value_target_scale") > 2, 15, "fast", "warning", "returns",
@@ -270,7 +284,7 @@ RULES: tuple[Rule, ...] = (
          "neighbouring step's observation: the rollout pairs observations with the wrong actions (an "
          "off-by-one when storing, or the reset observation stored in the wrong slot)."),
     # ------------------------------------------------------------- fast: plumbing
-    Rule("RLSamplesDroppedStale", Delta(S("dropped_stale"), DROP_WINDOW) > 0, 0, "fast", "warning", "weight-sync",
+    Rule("RLSamplesDroppedStale", Increase(S("dropped_stale"), DROP_WINDOW) > 0, 0, "fast", "warning", "weight-sync",
          "Samples were dropped as stale in run {{ $labels.run_id }}",
          "Rollouts arrived older than --max-staleness learner steps and were thrown away: actors act with "
          "old weights. Check that new weights reach the actors, --rollouts-in-flight, and the learner's "
@@ -280,85 +294,71 @@ RULES: tuple[Rule, ...] = (
          "Samples are staler than the queues can explain in run {{ $labels.run_id }}",
          "Finished rollouts are learned oldest first, so with actors of like speed a batch is learned at most "
          "as many updates after it was requested as there are batches queued ahead of it (one slow actor's "
-         "batches lag more, but not every batch for 10 s); here every batch was older still for 10 s: actors "
-         "keep acting with old weights (weights not published, not loaded, or an actor stuck on an old "
+         "batches lag more, but not every batch for 10 updates); here every batch was older still for 10 "
+         "updates: actors keep acting with old weights (weights not published, not loaded, or an actor stuck on an old "
          "network).", after_updates=3),
-    # Each batch was requested with the weights current at request time, so after more updates than
-    # the queues hold, some batch must come from a newer network.
-    Rule("RLActorWeightsFrozen",
-         (Delta(S("updates"), 10) > S("queue_capacity") + 1) & Delta(S("policy_age", agg="min"), 10).eq(0), 0,
-         "fast", "critical", "weight-sync",
-         "Actors act with weights that stopped changing in run {{ $labels.run_id }}",
-         "In the last 10 s the learner learned from more batches than its queues can hold, and every one "
-         "came from the same network age: new weights are not published to the actors, or actors "
-         "never load them.", after_updates=5),
-    # A leak that exhausts a machine within hours grows by tens of MiB a minute; both halves of the
-    # window must grow, so a one-off allocation (a checkpoint buffer, a bigger batch) does not count.
-    Rule("RLMemoryGrowing",
-         (Delta(S("rss_bytes"), 60) > 32 * MiB) & (Delta(S("rss_bytes"), 30) > 8 * MiB)
-         & (Delta(S("rss_bytes").shifted(30), 30) > 8 * MiB), 10, "fast", "warning", "memory",
-         "Resident memory grows by the minute in run {{ $labels.run_id }}",
-         "Memory rose by more than 32 MiB in a minute, in both halves of it, after warm-up: at that pace the "
-         "machine runs out within hours. A healthy run's memory is flat once its buffers exist; something "
-         "keeps every rollout, batch or tensor it sees (a list that is appended to, tensors kept with "
-         "their graph).", after_updates=10),
-    Rule("RLRolloutsRetained",
-         (S("rollouts_alive") > 16) & (Delta(S("rollouts_alive"), 15) > 0)
-         & (Delta(S("rollouts_alive").shifted(15), 15) > 0), 10, "fast", "warning", "memory",
-         "Rollouts pile up in the learner's memory in run {{ $labels.run_id }}",
-         "The learner holds more than 16 rollouts and the number grew in each of the last two 15 s: queues "
-         "are bounded, so something keeps batches after learning from them (a list of past rollouts, a "
-         "replay buffer without a limit, tensors referenced from logged statistics).", after_updates=10),
-    Rule("RLLearnerStalled", (Delta(S("env_steps"), 60) > 0) & Delta(S("learner_steps"), 60).eq(0), 30,
-         "fast", "critical", "throughput",
-         "Actors produce samples but the learner takes no steps in run {{ $labels.run_id }}",
-         "The learner process is alive but stuck or starved of its GPU: look at its log and its phase "
-         "times."),
-    Rule("RLActorsStalled", (Delta(S("learner_steps"), 60) > 0) & Delta(S("env_steps"), 60).eq(0), 30,
+    # Frozen weights, memory growing per sample and rollouts kept after learning are judged per update by the
+    # pipeline invariants (weights_frozen, memory_per_sample, rollouts_retained: telemetry/invariants.py).
+    # Every batch the learner takes was acted after the one before it: updates without new env steps re-learn.
+    Rule("RLActorsStalled", (Delta(S("learner_steps"), 10) > 0) & Delta(S("env_steps"), 10).eq(0), 0,
          "fast", "critical", "throughput",
          "The learner steps while actors produce nothing in run {{ $labels.run_id }}",
-         "The learner keeps training but no new env steps arrive: it re-learns old data while actors are "
-         "stuck (a hung env step, actors waiting for weights)."),
-    Rule("RLNonFiniteSamplesDropped", Delta(S("dropped_nonfinite"), DROP_WINDOW) > 0, 0, "fast", "warning", "env",
+         "Over the last 10 updates the learner kept training but no new env steps arrived: it re-learns old "
+         "data while actors are stuck (a hung env step, actors waiting for weights)."),
+    Rule("RLNonFiniteSamplesDropped", Increase(S("dropped_nonfinite"), DROP_WINDOW) > 0, 0, "fast", "warning", "env",
          "Non-finite values reached the learner in run {{ $labels.run_id }}",
          "Batches with NaN or inf observations or rewards, or updates that produced them, were dropped "
          "(the run's nonfinite.jsonl says where). Non-finite inputs come from the env; non-finite updates "
          "from the optimizer (a learning rate far too high)."),
     # ------------------------------------------------------------------ slow
-    Rule("RLResidualVarianceStuckHigh", (S("residual_variance") > 0.9) & (Delta(S("learner_steps"), 600) > 0),
-         1800, "slow", "warning", "value",
+    Rule("RLResidualVarianceStuckHigh", (S("residual_variance") > 0.9) & (Delta(S("learner_steps"), 100) > 0),
+         SLOW_HOLD, "slow", "warning", "value",
          "The value net explains almost none of the targets' variance in run {{ $labels.run_id }}",
-         "Var(targets - values) / Var(targets) stayed above 0.9 for half an hour of training: the value net "
+         "Var(targets - values) / Var(targets) stayed above 0.9 for 2,000 updates of training: the value net "
          "is not learning. Check the value loss and its coefficient, the rewards, and backprop into the "
          "value head."),
-    Rule("RLAdvantagesNotMeanZero", Abs(S("advantage_mean")) > S("advantage_std"), 1800, "slow", "info",
+    Rule("RLAdvantagesNotMeanZero", Abs(S("advantage_mean")) > S("advantage_std"), SLOW_HOLD, "slow", "info",
          "returns",
          "Advantages stay off zero by more than their spread in run {{ $labels.run_id }}",
-         "For half an hour the advantages' mean has been larger than their standard deviation: the value "
+         "For 2,000 updates the advantages' mean has been larger than their standard deviation: the value "
          "net never catches up with the returns, or the advantage calculation is biased (a sign, a "
          "missing discount, a carry across episodes).", after_updates=100),
+    # Memory per sample is judged per update (invariant memory_per_sample); this catches what creeps slower.
     Rule("RLMemoryCreeping",
-         (Delta(S("rss_bytes"), 1800) > 0.1 * S("rss_bytes").shifted(1800)) & (Delta(S("rss_bytes"), 600) > 0)
-         & (Delta(S("rss_bytes").shifted(600), 600) > 0) & (Delta(S("rss_bytes").shifted(1200), 600) > 0), 600,
+         (Delta(S("rss_bytes"), 3 * SLOW_WINDOW) > 0.1 * S("rss_bytes").shifted(3 * SLOW_WINDOW))
+         & (Delta(S("rss_bytes"), SLOW_WINDOW) > 0) & (Delta(S("rss_bytes").shifted(SLOW_WINDOW), SLOW_WINDOW) > 0)
+         & (Delta(S("rss_bytes").shifted(2 * SLOW_WINDOW), SLOW_WINDOW) > 0), SLOW_WINDOW,
          "slow", "warning", "memory",
          "Resident memory keeps creeping up in run {{ $labels.run_id }}",
-         "Memory grew by over 10% in half an hour, in each of its three 10-minute parts, and kept doing so "
-         "for 10 minutes more: a slow leak that will end a run of days. Look for caches and lists that grow "
-         "with the number of updates or episodes."),
+         "Memory grew by over 10% in 3,000 updates, in each of their three parts, and kept doing so for 1,000 "
+         "updates more: a slow leak that will end a run of days. Look for caches and lists that grow with the "
+         "number of updates or episodes."),
     Rule("RLKLGrowing",
-         (S("kl") > 1.5 * S("kl").shifted(3600)) & (S("kl") - S("kl").shifted(3600) > 0.01), 1800, "slow",
+         (S("kl") > 1.5 * S("kl").shifted(2 * SLOW_HOLD)) & (S("kl") - S("kl").shifted(2 * SLOW_HOLD) > 0.01),
+         SLOW_HOLD, "slow",
          "warning", "weight-sync",
          "KL between behaviour and learner policy keeps growing in run {{ $labels.run_id }}",
-         "The KL is more than 1.5 times (and 0.01 nats above) what it was an hour earlier, for half an "
-         "hour: the learner trains on ever older experience, or its updates grow. Check staleness, queue "
+         "The KL is more than 1.5 times (and 0.01 nats above) what it was 4,000 updates earlier, for 2,000 "
+         "updates: the learner trains on ever older experience, or its updates grow. Check staleness, queue "
          "depth, epochs per batch and the learning rate."),
     Rule("RLThroughputDecaying",
-         Delta(S("env_steps"), 900) < 0.5 * Delta(S("env_steps").shifted(3600), 900), 1800, "slow",
+         STEPS_PER_SECOND < 0.5 * STEPS_PER_SECOND_BEFORE, SLOW_HOLD, "slow",
          "warning", "throughput",
-         "Env-step throughput fell to under half of an hour ago in run {{ $labels.run_id }}",
-         "Steps per second halved and stayed there: something accumulates (memory, log files, queues) or a "
+         "Env-step throughput fell to under half of what it was in run {{ $labels.run_id }}",
+         "Env steps per second over the last 1,000 updates are under half of what they were 4,000 updates "
+         "earlier, and stayed there for 2,000 updates: something accumulates (memory, log files, queues) or a "
          "node slowed down. Compare the actors' phase times and memory.", after_updates=100),
     # ------------------------------------------------------------------ live only
+    # Progress that stopped leaves no row to judge: the clock is the only evidence of its absence.
+    Rule("RLLearnerStalled",
+         Live("(sum by (run_id) (rlvitals_actor_env_steps_total) - sum by (run_id) (rlvitals_actor_env_steps_total "
+              "offset 1m) > 0) and (max by (run_id) (rlvitals_learner_steps_total) - max by (run_id) "
+              "(rlvitals_learner_steps_total offset 1m) == 0)",
+              ("rlvitals_actor_env_steps_total", "rlvitals_learner_steps_total")), 30,
+         "fast", "critical", "throughput",
+         "Actors produce samples but the learner takes no steps in run {{ $labels.run_id }}",
+         "For a minute and a half the actors' env steps rose while the learner took no optimizer step: the "
+         "learner process is alive but stuck or starved of its GPU. Look at its log and its phase times."),
     Rule("RLActorRestartingRepeatedly",
          Live("increase(rlvitals_actor_restarts_total[30m]) > 2", ("rlvitals_actor_restarts_total",)), 0,
          "slow", "warning", "actor",
@@ -382,7 +382,8 @@ def invariant_rule(inv: Invariant) -> Rule:
     The hold is counted in updates by the monitor (telemetry.invariants), so the rule itself waits for nothing.
     """
     return Rule(inv.rule_name, S(inv.broken_key) > 0, 0, "fast", inv.severity, inv.component,
-                inv.summary + " in run {{ $labels.run_id }}", inv.check, update_key=inv.broken_key)
+                inv.summary + " in run {{ $labels.run_id }}", inv.check, update_key=inv.broken_key,
+                alert_query=f'max by (run_id) ({INVARIANT_BROKEN_METRIC}{{invariant="{inv.name}"}}) > 0')
 
 
 RULES = RULES + tuple(invariant_rule(inv) for inv in INVARIANTS)
@@ -392,10 +393,12 @@ from .fleet_rules import fleet_rules  # noqa: E402  (one alert per run however m
 RULES += fleet_rules()
 
 BY_RULE: dict[str, Rule] = {r.name: r for r in RULES}
+ROW_RULE_NAMES: tuple[str, ...] = tuple(r.name for r in RULES if not r.live_only and not r.alert_query)
+"""The rules whose alert reads the health monitor's count (the label values of `rlvitals_rule_held_updates`)."""
 
 
 def check_rules() -> None:
-    """Every rule names a known component and severity, and reads only catalogued row keys."""
+    """Every rule names a known component, severity and horizon (telemetry.catalogue checks the keys they read)."""
     for r in RULES:
         if r.component not in COMPONENTS or r.severity not in SEVERITIES or r.horizon not in HORIZONS:
             raise ValueError(f"rule {r.name}: bad component/severity/horizon")

@@ -1,4 +1,4 @@
-"""The shape of a verdict: what the health rules, the offline evaluator and the doctor report.
+"""The shape of a verdict: what the health rules, the health monitor and the doctor report.
 
 Scripts and CI read `verdicts.json` and `rlvitals doctor --json`, so this shape
 and the component vocabulary are a stable interface: add fields, never rename.

@@ -20,7 +20,6 @@ from planted_bugs import PlantedBug, plant_in_ray_workers
 from rlvitals.config import TrainConfig
 from rlvitals.run import train_in
 from rlvitals.telemetry.health import read_rows
-from rlvitals.telemetry.rules import BY_RULE
 from rlvitals.telemetry.verdicts import Verdict, read_verdicts
 
 LOUD = ("critical", "warning")
@@ -43,11 +42,7 @@ class Diagnosis:
             return None
         # Evidence first: the update it held at, then the clock (which differs from machine to machine).
         return min(loud, key=lambda v: (v.first_update if v.first_update is not None else float("inf"),
-                                        fire_time(v), LOUD.index(v.severity)))
-
-
-def fire_time(v: Verdict) -> float:
-    return (v.first_seconds or 0.0) + BY_RULE[v.rule].hold_seconds if v.rule in BY_RULE else (v.first_seconds or 0)
+                                        v.first_seconds or 0.0, LOUD.index(v.severity)))
 
 
 def slow_down(mp: pytest.MonkeyPatch, factor: float) -> None:
@@ -101,9 +96,7 @@ def diagnose(run_dir: Path, env: str = "CartPole-v1", bug: PlantedBug | None = N
 
             ray.shutdown()
     verdicts = read_verdicts(path / "verdicts.json")
-    loud_verdicts = [v for v in verdicts if v.severity in LOUD]
-    fired = min((fire_time(v) for v in loud_verdicts), default=None)
-    return Diagnosis(verdicts, fired, path, read_rows(path / "metrics.jsonl"), summary)
+    return Diagnosis(verdicts, monitor_hook.fired_at, path, read_rows(path / "metrics.jsonl"), summary)
 
 
 class _LoudHook:
@@ -112,7 +105,18 @@ class _LoudHook:
     def __init__(self, sink: list):
         from rlvitals.telemetry.health import HealthMonitor
 
-        self.monitor = HealthMonitor(on_verdict=lambda v: sink.append(v) if v.severity in LOUD else None)
+        self.sink = sink
+        self.fired_at: float | None = None
+        """Run seconds of the row at which the first loud verdict fired."""
+        self.monitor = HealthMonitor(on_verdict=self._verdict)
+        self.row: dict = {}
+
+    def _verdict(self, verdict) -> None:
+        if verdict.severity in LOUD:
+            self.sink.append(verdict)
+            if self.fired_at is None:
+                self.fired_at = self.row.get("wall_seconds")
 
     def __call__(self, row: dict) -> None:
+        self.row = row
         self.monitor(row)

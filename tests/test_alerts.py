@@ -1,12 +1,13 @@
-"""Health rules: one source, generated alert rules, and Prometheus agreeing with the offline evaluator.
+"""Health rules: one source, generated alert rules, and Prometheus agreeing with the health monitor.
 
 1. The committed alert rules and docs/health.md are what telemetry/rules.py generates, and
    promtool accepts the rules.
 2. Every rule reads catalogued series, names a component of the fixed vocabulary, and links to
    its section of the docs.
-3. The expression language means the same thing in PromQL and offline (hand-worked cases).
-4. On series recorded from real runs, `promtool test rules` expects exactly the alerts the offline
-   evaluator computes: tests/test_diagnosis.py replays every healthy and planted-bug run it makes.
+3. Conditions are judged on the update axis, holds count updates (hand-worked cases), and a rule
+   on the run's rows alerts on the monitor's exported count.
+4. On series recorded from real runs, `promtool test rules` expects exactly the alerts the health
+   monitor's counts imply: tests/test_diagnosis.py replays every healthy and planted-bug run it makes.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ import yaml
 
 from rlvitals.telemetry import rulegen
 from rlvitals.telemetry.catalogue import BY_NAME
+from rlvitals.telemetry.conditions import Delta, Increase
 from rlvitals.telemetry.fleet_rules import PROCESSES, RECORDING
 from rlvitals.telemetry.health import HealthMonitor, RowSeries, evaluate_rows
-from rlvitals.telemetry.promexpr import Delta, Series
 from rlvitals.telemetry.rules import RULES, Live, S, thresholds
 from rlvitals.telemetry.verdicts import COMPONENTS
 
@@ -63,33 +64,50 @@ def test_every_rule_is_well_formed():
         assert anchor == a["alert"].lower() and f"### {a['alert']}" in docs
 
 
-def test_series_lookup_follows_prometheus_semantics():
+def test_series_lookup_reads_the_latest_value_at_or_before_an_update():
     series = RowSeries()
-    for t, v in ((0.5, 1.0), (2.0, 3.0), (400.0, 5.0)):
-        series.add({"wall_seconds": t, "kl": v})
-    assert series.lookup("kl", 0.4) is None            # nothing yet
-    assert series.lookup("kl", 1.9) == 1.0             # the latest sample at or before t
-    assert series.lookup("kl", 2.0) == 3.0
-    assert series.lookup("kl", 399.0) is None          # older than the 5-minute look-back
-    assert series.lookup("kl", 401.0) == 5.0
+    for u, v in ((1, 1.0), (3, 3.0), (400, 5.0)):
+        series.add({"updates": u, "kl": v})
+    assert series.lookup("kl", 0) is None              # nothing yet
+    assert series.lookup("kl", 2) == 1.0               # the latest value at or before the update
+    assert series.lookup("kl", 3) == 3.0
+    assert series.lookup("kl", 399) == 3.0             # a gauge keeps its last value, however long ago
+    assert series.lookup("kl", 401) == 5.0
+    assert not series.add({"updates": 2, "kl": 9.0})   # behind the last row (a resumed run's overlap): not placed
+    assert not series.add({"wall_seconds": 1.0, "kl": 9.0})   # no update count: no place on the axis
 
 
-def test_expressions_render_and_evaluate_alike():
+def test_conditions_count_updates():
     series = RowSeries()
-    for t, age, policy_age in ((0, 0, 0), (10, 40, 40), (20, 80, 40), (30, 120, 40)):
-        series.add({"wall_seconds": t, "age": age, "policy_age": policy_age})
-    frozen = (Delta(S("age"), 20) > 0) & Delta(S("policy_age", agg="min"), 20).eq(0)
-    assert frozen.promql() == (
-        "(((max by (run_id) (rlvitals_learner_network_age)) - (max by (run_id) (rlvitals_learner_network_age "
-        "offset 20s))) > (0)) and (((min by (run_id) (rlvitals_actor_network_age)) - (min by (run_id) "
-        "(rlvitals_actor_network_age offset 20s))) == (0))")
-    assert frozen.value(series.lookup, 10) is None     # the actors followed the learner
+    for u, age, policy_age in ((0, 0, 0), (10, 40, 40), (20, 80, 40), (30, 120, 40)):
+        series.add({"updates": u, "age": age, "policy_age": policy_age})
+    frozen = (Delta(S("age"), 20) > 0) & Delta(S("policy_age"), 20).eq(0)
+    assert frozen.text() == "(age - age[20 updates ago] > 0) and (policy_age - policy_age[20 updates ago] == 0)"
+    assert frozen.value(series.lookup, 10) is None     # the window reaches before the run: undecided
     assert frozen.value(series.lookup, 30) == 80       # `and` keeps the left value: age rose by 80
+    assert frozen.reach() == 20
+    # A counter's increase counts from 0 before its first record: drops in a run's first updates count.
+    series.add({"updates": 31, "dropped": 5.0})
+    assert Increase(S("dropped"), 10).value(series.lookup, 31) == 5.0
+    assert Delta(S("dropped"), 10).value(series.lookup, 31) is None
     ratio = S("kl") / S("clip_fraction")
-    series.add({"wall_seconds": 31, "kl": 0.0, "clip_fraction": 0.0})
-    assert str(ratio.value(series.lookup, 31)) == "nan"   # 0/0 as PromQL computes it: NaN, compares false
-    assert (ratio > 0).value(series.lookup, 31) is None
-    assert isinstance(S("rss_bytes"), Series) and S("env_steps").agg == "sum"
+    series.add({"updates": 32, "kl": 0.0, "clip_fraction": 0.0})
+    assert str(ratio.value(series.lookup, 32)) == "nan"   # 0/0 is NaN, which no comparison keeps
+    assert (ratio > 0).value(series.lookup, 32) is None
+
+
+def test_rules_on_rows_alert_on_the_monitors_count_and_live_rules_on_promql():
+    for rule in RULES:
+        if rule.live_only:
+            assert rule.promql() == rule.condition.query
+        elif rule.alert_query:
+            assert rule.promql().startswith("max by (run_id) (rlvitals_invariant_broken{")
+        else:
+            assert rule.promql() == f'max by (run_id) (rlvitals_rule_held_updates{{rule="{rule.name}"}}) >= {rule.hold}'
+            assert rule.name in BY_NAME["rlvitals_rule_held_updates"].label_values["rule"]
+    generated = {a["alert"]: a for g in yaml.safe_load(rulegen.RULES_FILE.read_text())["groups"] for a in g["rules"]
+                 if "alert" in a}
+    assert all("for" not in generated[r.name] for r in RULES if not r.live_only)
 
 
 def test_thresholds_come_from_the_conditions():
@@ -99,35 +117,42 @@ def test_thresholds_come_from_the_conditions():
     assert thresholds(by_name["RLComponentDown"]) == []
 
 
-def test_a_rule_fires_after_its_hold_and_names_when_it_first_held():
-    rows = [{"wall_seconds": float(t), "updates": t, "value_target_scale": 0.5 if t < 10 else 3.0}
-            for t in range(0, 40)]
-    verdicts = evaluate_rows(rows)
-    (scale,) = [v for v in verdicts if v.rule == "RLValueTargetsOutOfScale"]
-    assert scale.component == "returns" and scale.first_seconds == 10.0 and scale.first_update == 10
-    short = evaluate_rows(rows[:24])                   # held 13 s of the 15 s needed
-    assert not [v for v in short if v.rule == "RLValueTargetsOutOfScale"]
+def test_a_rule_fires_after_its_hold_in_updates_and_names_when_it_first_held():
+    def rows(seconds_per_update: float, updates: int) -> list[dict]:
+        return [{"wall_seconds": u * seconds_per_update, "updates": u,
+                 "value_target_scale": 0.5 if u < 10 else 3.0} for u in range(updates)]
+
+    (scale,) = [v for v in evaluate_rows(rows(1.0, 40)) if v.rule == "RLValueTargetsOutOfScale"]
+    assert scale.component == "returns" and scale.first_update == 10 and scale.first_seconds == 10.0
+    # Held 14 of the 15 updates needed: no verdict, however much time passed.
+    assert not [v for v in evaluate_rows(rows(60.0, 25)) if v.rule == "RLValueTargetsOutOfScale"]
+    # A machine 100 times faster: the same verdict at the same update.
+    (fast,) = [v for v in evaluate_rows(rows(0.01, 40)) if v.rule == "RLValueTargetsOutOfScale"]
+    assert fast.first_update == 10 and fast.first_seconds == 0.1
 
 
-def test_averages_over_time_use_the_samples_in_the_window():
-    # avg_over_time(clip_fraction[30s]) > 0.3: one spike is not enough, a sustained level is.
+def test_means_use_the_last_updates():
+    # mean of clip_fraction over 30 updates > 0.3: one spike is not enough, a sustained level is.
     fresh = {"staleness_batches": 0.0, "queue_capacity": 1.0}   # samples as fresh as local mode's
-    spike = [{"wall_seconds": float(t), "updates": t, "clip_fraction": 0.9 if t == 20 else 0.1, **fresh}
-             for t in range(80)]
+    spike = [{"wall_seconds": float(u), "updates": u, "clip_fraction": 0.9 if u == 20 else 0.1, **fresh}
+             for u in range(80)]
     assert not [v for v in evaluate_rows(spike) if v.rule == "RLClipFractionHigh"]
-    level = [{"wall_seconds": float(t), "updates": t, "clip_fraction": 0.1 if t < 20 else 0.5, **fresh}
-             for t in range(80)]
+    level = [{"wall_seconds": float(u), "updates": u, "clip_fraction": 0.1 if u < 20 else 0.5, **fresh}
+             for u in range(80)]
     (clip,) = [v for v in evaluate_rows(level) if v.rule == "RLClipFractionHigh"]
-    # Mean over the 31 samples of [t-30, t] exceeds 0.3 once 16 of them read 0.5: from t = 35.
-    assert clip.first_seconds == 35.0
+    # The mean over updates u-30..u (31 values) exceeds 0.3 once 16 of them read 0.5: from update 35.
+    assert clip.first_update == 35
     stale = [{**row, "staleness_batches": 9.0} for row in level]   # staler than the queues explain
     assert not [v for v in evaluate_rows(stale) if v.rule == "RLClipFractionHigh"]
 
 
-def test_monitor_reports_each_rule_once_as_it_fires():
-    seen = []
-    monitor = HealthMonitor(on_verdict=seen.append)
-    for t in range(60):
-        monitor({"wall_seconds": float(t), "updates": t, "kl": -0.5})
+def test_monitor_reports_each_rule_once_as_it_fires_and_exports_its_count():
+    seen, held = [], {}
+    monitor = HealthMonitor(on_verdict=seen.append, on_held=held.update)
+    for u in range(60):
+        monitor({"wall_seconds": float(u), "updates": u, "kl": -0.5})
     assert [v.rule for v in seen] == ["RLKLNegative"]
     assert [v.rule for v in monitor.finish()] == ["RLKLNegative"]
+    assert held["RLKLNegative"] == 59 and held["RLValueTargetsOutOfScale"] == -1
+    monitor({"wall_seconds": 60.0, "updates": 60, "kl": 0.01})
+    assert held["RLKLNegative"] == -1                  # the condition stopped holding: the alert resolves

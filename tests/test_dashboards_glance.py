@@ -21,8 +21,8 @@ from rlvitals.dashboards import REFERENCE_URL, generate, healthy, panels
 from rlvitals.dashboards.promql import metric_names
 from rlvitals.telemetry import reference
 from rlvitals.telemetry.bands import catalogue_bands
-from rlvitals.telemetry.catalogue import BY_NAME, METRICS
-from rlvitals.telemetry.rules import BY_RULE, ROW_KEYS, RULES, Rule, S, thresholds
+from rlvitals.telemetry.catalogue import BY_NAME, METRICS, ROW_KEYS
+from rlvitals.telemetry.rules import BY_RULE, RULES, Rule, S, thresholds
 
 SEVERITY_ORDER = ("info", "warning", "critical")
 COLOURS = {"info": "yellow", "warning": "orange", "critical": "red"}

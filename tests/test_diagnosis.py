@@ -10,7 +10,7 @@ doctor's channel has its own tests (tests/test_doctor.py).
 For the healthy runs the check is stronger than "no verdict": no warning-level
 rule's condition held at any evaluation, so no alert was even pending. On every
 run, healthy or planted, a real Prometheus evaluating the generated rules on the
-same recorded series agrees with the offline evaluator (`promtool test rules`).
+same recorded series agrees with the health monitor (`promtool test rules`).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def test_planted_bug_is_pinned_on_its_component(name, tmp_path):
     verdict_file = (found.run_dir / "verdicts.json").read_text()
     assert first.rule in verdict_file and found.summary["verdicts"][first.severity] >= 1
     # A real Prometheus, evaluating the generated rules on the series this run recorded, fires the same
-    # alert, and at every checked time exactly the alerts the offline evaluator fires (promtool fails otherwise).
+    # alert, and at every checked time exactly the alerts the health monitor's counts imply (promtool fails otherwise).
     table = promtool_test(found.rows, tmp_path)
     assert any(fires for (rule, _), fires in table.items() if rule == first.rule), \
         f"{name}: Prometheus never fired {first.rule} on the recorded series"

@@ -21,8 +21,7 @@ import pytest
 import yaml
 
 from rlvitals.telemetry import rulegen
-from rlvitals.telemetry.fleet_rules import FLEET, NAMED
-from rlvitals.telemetry.rules import MiB
+from rlvitals.telemetry.fleet_rules import FLEET, NAMED, MiB
 
 pytestmark = pytest.mark.skipif(shutil.which("promtool") is None,
                                 reason="promtool is not on PATH (bash deploy/setup.sh --test installs it)")

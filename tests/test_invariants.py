@@ -31,7 +31,7 @@ def test_every_invariant_has_its_rule_series_and_component():
     assert set(labels) == set(BY_NAME)
     for inv in INVARIANTS:
         rule = BY_RULE[inv.rule_name]
-        assert (rule.component, rule.severity, rule.hold_seconds) == (inv.component, inv.severity, 0)
+        assert (rule.component, rule.severity, rule.hold) == (inv.component, inv.severity, 0)
         assert rule.expr.keys() == {inv.broken_key}
         assert inv.component in COMPONENTS and inv.family in FAMILIES
 

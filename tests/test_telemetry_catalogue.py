@@ -28,6 +28,7 @@ from rlvitals.telemetry.catalogue import (
     METRICS,
     exposed_names,
 )
+from rlvitals.telemetry.health import HealthMonitor
 from rlvitals.telemetry.interface import RecorderTelemetry
 from rlvitals.telemetry.invariants import INVARIANTS, InvariantMonitor
 from rlvitals.telemetry.recorder import COMPONENTS
@@ -166,6 +167,7 @@ def test_learner_and_local_series_per_level(level, test_env):
         recorder.set_info(run_id="abc", env=env_spec, algorithm="ppo", mode="local", code_version="x")
         telemetry.record_learn(stats)
         telemetry.record_queue(0, 1)
+        HealthMonitor(on_held=telemetry.record_rule_held)({"updates": 1, **stats})   # what the run's rows add
         lines = non_hardware_lines(generate_latest(registry).decode())
         assert len(lines) == expected_series(component, level, scale), (component, level)
         assert reference.process_series(component, level)[0] == reference.DOCUMENTED_SERIES[component][level]

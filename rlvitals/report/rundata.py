@@ -145,11 +145,6 @@ def stream_rows(path: Path, tally: RowTally) -> Iterator[dict]:
         yield from deduped(parse_rows(stream, tally))
 
 
-def _time(row: dict) -> float | None:
-    t = row.get("wall_seconds")
-    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None
-
-
 def _read_json(path: Path, notes: list[str], what: str):
     from ..limits import JSON_BYTES_MAX, read_bounded
 
@@ -163,24 +158,16 @@ def _read_json(path: Path, notes: list[str], what: str):
         return None
 
 
-HISTORY_POINTS = 20_000
-"""Most rule evaluations per rule when the page evaluates a run itself (longer runs: a coarser grid)."""
-
-
 class _Health:
-    """The offline health evaluator fed one row at a time; None verdicts when it is not there or failed."""
+    """The health monitor fed one row at a time; None verdicts when it is not there or failed."""
 
-    def __init__(self, last_time: float, run_id: str, notes: list[str]):
+    def __init__(self, run_id: str, notes: list[str]):
         self.notes, self.monitor = notes, None
         try:
-            from rlvitals.telemetry.health import DEFAULT_STEP, HealthMonitor
+            from rlvitals.telemetry.health import HealthMonitor
         except ImportError:
             return
-        step = max(DEFAULT_STEP, last_time / HISTORY_POINTS)
-        if step > DEFAULT_STEP:
-            notes.append(f"health rules evaluated every {step:.1f} s of run time (not every {DEFAULT_STEP:g} s): "
-                         "a long run")
-        self.monitor = HealthMonitor(step=step, run_id=run_id)
+        self.monitor = HealthMonitor(run_id=run_id)
         self.monitor.record_history()
 
     def __call__(self, row: dict) -> None:
@@ -206,16 +193,13 @@ def read_rows(path: Path, run_id: str, notes: list[str], max_points: int = MAX_P
     """(rows thinned evenly to `max_points`, rows in all, verdicts and rule history of the health evaluator).
 
     Two passes over metrics.jsonl, each holding one row at a time: the first counts the rows and finds the
-    run's length, the second feeds the evaluator and keeps the rows to plot. Memory is bounded by
+    run's rows, the second feeds the health monitor and keeps the rows to plot. Memory is bounded by
     `max_points` whatever the run's length; rows appended between the passes are left for the next report.
     """
     tally = RowTally()
     try:
-        total, last_time = 0, 0.0
-        for row in stream_rows(path, RowTally()):
-            total += 1
-            last_time = _time(row) if _time(row) is not None else last_time
-        health = _Health(last_time, run_id, notes)
+        total = sum(1 for _ in stream_rows(path, RowTally()))
+        health = _Health(run_id, notes)
         stride = (total - 1) / (max_points - 1) if total > max_points else 1.0
         kept: list[dict] = []
         for i, row in enumerate(stream_rows(path, tally)):
