@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -38,7 +39,7 @@ from .parts import make_learner, make_network, resolve_device
 from .progress import ProgressLine, Reading
 from .rows import RowObserver, RowWriter
 from .status import COMPLETED, ended_by
-from .tracker import RunTracker
+from .tracker import RunTracker, WaitTimed
 
 WIRED_STATISTICS = (("inv_weights_as_stamped", "weights_mismatch"), ("inv_learner_sees_actor_data", "logp_discrepancy"))
 """Invariant statistics that are checks the run already makes under their own keys."""
@@ -50,10 +51,10 @@ class Run:
     def __init__(self, cfg: TrainConfig, archive: RunArchive, telemetry, net, learner, device, stop=None,
                  observers: Iterable[RowObserver] = ()):
         self.cfg, self.archive, self.device = cfg, archive, device
-        self.telemetry = or_null(telemetry)
+        self.tracker = RunTracker(cfg.total_env_steps, cfg.return_threshold)
+        self.telemetry = WaitTimed(or_null(telemetry), self.tracker)   # the judgement's learner idle share
         self.net, self.learner = net, learner
         self.stop = stop
-        self.tracker = RunTracker(cfg.total_env_steps, cfg.return_threshold)
         self.guard = NonFiniteGuard(archive.path, cfg.max_nonfinite_batches)
         # The health rules watch every run: verdicts print as they fire and end in verdicts.json.
         # Counted in updates on each row; the count is exported, and the Prometheus alerts fire on it.
@@ -103,6 +104,7 @@ class Run:
     # ------------------------------------------------------------- the loop
     def drive(self, source) -> dict:
         """Learn from what `source` delivers until the run is done; the summary, however the run ends."""
+        self.tracker.loop_started = time.perf_counter()
         try:
             while not self.finished():
                 rollout = source.next()
@@ -289,6 +291,7 @@ class Run:
         """Final checkpoint, last metrics row, summary.json, observers closed: however the run ends."""
         self.progress.finish(self.reading())  # first: what is printed next (a write error) starts on a new line
         t = self.tracker
+        t.loop_ended = time.perf_counter()
         if self.learner is not None and t.updates > 0:
             with self.telemetry.phase("checkpoint"):
                 self.save_checkpoint()

@@ -49,6 +49,11 @@ class RunTracker:
     in_flight: int = 0
     first_returns: list = field(default_factory=list)
     """Returns of the run's first WINDOW finished episodes: the policy as initialised, near a random agent's."""
+    waited: float = 0.0
+    """Seconds this process's learner loop spent in its `wait` phases: waiting for the next batch of data."""
+    loop_started: float | None = None
+    loop_ended: float | None = None
+    """perf_counter() when this process's learner loop (`Run.drive`) started and ended."""
 
     @property
     def elapsed(self) -> float:
@@ -94,19 +99,36 @@ class RunTracker:
         return {"produced": self.produced, "learned": self.learned, "dropped": dict(self.dropped),
                 "in_flight": self.in_flight}
 
+    def loop_seconds(self) -> float | None:
+        """Seconds of this process's learner loop so far (to its end, once it ended); None before it started."""
+        if self.loop_started is None:
+            return None
+        end = self.loop_ended if self.loop_ended is not None else time.perf_counter()
+        return end - self.loop_started
+
+    def learner_idle_share(self) -> float | None:
+        """The share of the learner loop's time spent waiting for data (its `wait` phases), in [0, 1]."""
+        seconds = self.loop_seconds()
+        if not seconds:
+            return None
+        return round(min(1.0, self.waited / seconds), 6)
+
     def judgement(self) -> dict:
-        """The whole run in a few numbers: where its samples went, and its return against its start.
+        """The whole run in a few numbers: where its samples went, its return against its start, and how much
+        of the learner's time went to waiting for data.
 
         The first episodes are played by the freshly initialised policy, whose action distribution is
         near uniform: their mean return is the run's own random-agent baseline, on the env as configured.
         `improvement_z` is (last 100 - first 100) over the standard error of the difference: above 3
-        the run learned, near 0 it learned nothing.
+        the run learned, near 0 it learned nothing. `learner_idle_share` is the share of this process's
+        learner loop spent waiting for the next batch: in local mode that wait is the collection itself, in
+        Ray mode it is time the actors did not keep the learner busy (near 1: the actors are the bottleneck).
         """
         produced = max(self.produced, 1)
         out = {"dropped_share": round(sum(self.dropped.values()) / produced, 6),
                "learned_share": round(self.learned / produced, 6),
                "first_episodes_mean_return": None, "last_100_mean_return": self.mean_return(),
-               "improvement_z": None}
+               "improvement_z": None, "learner_idle_share": self.learner_idle_share()}
         if len(self.first_returns) >= 10 and len(self.window) >= 10:
             first, last = np.asarray(self.first_returns), np.asarray(self.window)
             out["first_episodes_mean_return"] = float(first.mean())
@@ -149,3 +171,35 @@ class RunTracker:
             self.dropped.update(samples["dropped"])
         else:  # a checkpoint from before sample accounting in local mode: count what it took as learned
             self.produced = self.learned = self.env_steps
+
+
+class WaitTimed:
+    """A run's telemetry with its `wait` phases also timed into the tracker, at every verbosity (`off`
+    included: its phases time nothing there), for the whole-run judgement's learner idle share. Everything
+    else is the telemetry's own."""
+
+    def __init__(self, telemetry, tracker: RunTracker):
+        self._telemetry, self._tracker = telemetry, tracker
+
+    def __getattr__(self, name: str):
+        return getattr(self._telemetry, name)
+
+    def phase(self, name: str):
+        inner = self._telemetry.phase(name)
+        return _Waiting(inner, self._tracker) if name == "wait" else inner
+
+
+class _Waiting:
+    __slots__ = ("inner", "tracker", "start")
+
+    def __init__(self, inner, tracker: RunTracker):
+        self.inner, self.tracker, self.start = inner, tracker, 0.0
+
+    def __enter__(self):
+        self.inner.__enter__()
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.tracker.waited += time.perf_counter() - self.start
+        return self.inner.__exit__(*exc)

@@ -123,7 +123,8 @@ INVARIANTS: tuple[Invariant, ...] = (
         "the actor stores actions shifted, overwritten or transformed after the step.",
         "The witness (actors/witness.py) wraps the vector env and copies, at every step, exactly what the env "
         "received and returned; a correct runner stores the same values (continuous actions are compared after "
-        "the clipping the runner applies for the env), so any difference is a fault (exact, no false alarm)."),
+        "the clipping the runner applies for the env), so any difference is a fault (exact; no false alarm unless "
+        "an env writes into the action array it is given, as the action is copied when the step returns)."),
     Invariant(
         "boundary_rewards", "boundary", "actor", 1e-6, 2,
         "Stored rewards differ from the rewards the env returned",

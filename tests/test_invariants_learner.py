@@ -1,4 +1,4 @@
-"""The learner's invariant statistics (learner/invariants.py) on real rollouts: they hold on healthy data, and each
+"""The learner's invariant statistics (learner/invariants/) on real rollouts: they hold on healthy data, and each
 is driven over its limit (telemetry/invariants.py) by a fault that breaks exactly its invariant.
 
 Rollouts come from real gymnasium envs through the real EnvRunner; faults are monkeypatches around the seams a

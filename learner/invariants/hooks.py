@@ -1,0 +1,118 @@
+"""The learner's hooks: PPOLearner calls them at arrival, on its first minibatch, on each step and at the report;
+each family's statistics come from its own module (sampling, dataflow, optimisation, telemetry)."""
+
+from __future__ import annotations
+
+import torch
+
+from ..reference_returns import vtrace_reference
+from .common import F64, LOSS_GRADIENT_TOLERANCE, NAN, _largest, _log_prob, _relative_error_of
+from .dataflow import loss_gradient_errors, returns_error
+from .optimisation import _norm, _norms, optimizer_coverage, policy_share
+from .sampling import sampling_statistics
+from .telemetry import arrival_disagreement, flat_target_spread, update_disagreement
+
+SAMPLED_FIRST, SAMPLED_EVERY = 16, 8
+KEYS = ("inv_sampling_logp", "inv_sampling_frequency", "inv_behaviour_record", "inv_returns_recomputed",
+        "inv_loss_gradient_policy", "inv_loss_gradient_value", "inv_loss_gradient_entropy",
+        "inv_optimizer_coverage", "inv_gradient_of_loss", "inv_policy_starved", "inv_telemetry_recomputed")
+
+
+def is_sampled(update: int) -> bool:
+    """Whether the expensive checks run on this update (counted from 0)."""
+    return update < SAMPLED_FIRST or update % SAMPLED_EVERY == 0
+
+
+class LearnerInvariants:
+    """Per update: hooks called by PPOLearner at arrival, on its first minibatch, on each step and at the report.
+
+    Everything is kept on the learner's device; `report` hands the `inv_*` statistics to the update's one
+    host transfer. State lives for one update only.
+    """
+
+    def __init__(self, learner):
+        self.learner = learner
+        self.sampled = False
+        self.out: dict[str, torch.Tensor] = {}
+        self.steps: list[tuple[torch.Tensor, torch.Tensor, bool]] = []
+        self.grad_norms: torch.Tensor | None = None
+        self.grad_before: torch.Tensor | None = None
+        self.behaviour_logp: torch.Tensor | None = None
+        self.arrival_telemetry: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def arrival(self, batch, r: dict, params_all: torch.Tensor, values_all: torch.Tensor,
+                index: torch.Tensor) -> None:
+        """The batch as it arrived: sampling, the returns' reference and the arrival statistics' recomputation."""
+        learner = self.learner
+        s, dist = learner.s, learner.net.dist
+        self.sampled = is_sampled(learner.updates)
+        self.steps, self.grad_norms, self.arrival_telemetry = [], None, None
+        nan = torch.full((), NAN, device=learner.device)
+        self.out = dict.fromkeys(KEYS, nan)
+        valid, actions = r["valid"], r["actions"]
+        T = valid.shape[0]
+        flat = lambda x: x.reshape(T * valid.shape[1], *x.shape[2:]).index_select(0, index)  # noqa: E731
+        self.behaviour_logp = flat(r["behaviour_logp"])
+        self.out["inv_sampling_logp"], self.out["inv_sampling_frequency"] = sampling_statistics(
+            dist, flat(r["behaviour_params"]), flat(actions), self.behaviour_logp)
+        if not self.sampled:
+            return
+        params = params_all[:T]
+        log_rhos = _log_prob(dist, params, actions) - r["behaviour_logp"].to(F64)
+        ref_targets, ref_advantages = vtrace_reference(
+            values_all[:T], values_all[1:], r["rewards"], r["terminated"], r["truncated"], valid, log_rhos,
+            s.gamma, s.gae_lambda, s.vtrace_rho_clip, s.vtrace_c_clip)
+        self.out["inv_returns_recomputed"] = returns_error(flat(ref_targets), flat(ref_advantages), batch.mb_targets,
+                                                           batch.mb_adv)
+        min_std = flat_target_spread(learner.reward_scale, valid, r["terminated"] | r["truncated"], s.gamma)
+        self.arrival_telemetry = arrival_disagreement(dist, params, batch.values, batch.targets, batch.advantages,
+                                                      valid, min_std, batch.stats)
+
+    @property
+    def keeps_graph(self) -> bool:
+        """Whether the first minibatch's backward pass must keep its graph (for policy_starved)."""
+        return self.sampled
+
+    def before_backward(self) -> None:
+        """On the first minibatch, between zero_grad and the backward pass: what .grad holds already."""
+        held = [p.grad for p in self.learner.net.parameters() if p.grad is not None]
+        self.grad_before = _norm(held) if held else torch.zeros((), dtype=F64, device=self.learner.device)
+
+    def first_minibatch(self, policy_loss, dist_params, logp, values, entropy, b, mb) -> None:
+        """After the first minibatch's backward pass (outputs' gradients retained, gradients not yet clipped)."""
+        learner = self.learner
+        self.out.update(loss_gradient_errors(learner.net.dist, dist_params, logp, values, entropy,
+                                             self.behaviour_logp[mb], b.mb_adv[mb], b.mb_targets[mb], learner.s))
+        params = list(learner.net.parameters())
+        self.grad_norms = _norms([p.grad if p.grad is not None else torch.zeros_like(p) for p in params])
+        grad_norm = self.grad_norms.to(F64).norm()
+        # What the optimizer steps with must be this backward pass's alone: nothing may be in .grad before it.
+        self.out["inv_gradient_of_loss"] = _relative_error_of(self.grad_before, self.grad_before, grad_norm)
+        if self.sampled:   # the graph was kept for one more backward pass through the policy term
+            self.out["inv_policy_starved"] = policy_share(params, grad_norm, policy_loss, learner.s.max_grad_norm,
+                                                          self.out["inv_loss_gradient_policy"])
+
+    def step(self, mb: torch.Tensor, mb_params: torch.Tensor, last_epoch: bool) -> None:
+        """Each minibatch's policy parameters, kept on sampled updates for the KL and clip fraction's check."""
+        if self.sampled:
+            self.steps.append((mb, mb_params.detach(), last_epoch))
+
+    def report(self, b, u, after: torch.Tensor, stats: dict) -> dict[str, torch.Tensor]:
+        """The update's `inv_*` statistics (0-d tensors on the device)."""
+        learner = self.learner
+        params = list(learner.net.parameters())
+        self.out["inv_behaviour_record"] = stats["record_discrepancy"]
+        self.out["inv_optimizer_coverage"] = optimizer_coverage(params, learner.optimizer, self.grad_norms,
+                                                                u.before, after)
+        if self.sampled and self.arrival_telemetry is not None:
+            # The exported entropy is the distribution's, which the loss uses too: when the loss's entropies are
+            # off their closed form, the policy's invariant names the fault and the diagnostic is not held to it.
+            entropy_gap, others = self.arrival_telemetry
+            entropy_off = self.out["inv_loss_gradient_entropy"] > LOSS_GRADIENT_TOLERANCE
+            gaps = [others, torch.where(entropy_off, NAN, entropy_gap)]
+            if self.steps:
+                gaps += update_disagreement(learner.net.dist, learner.s.clip_coef, self.steps, b, self.behaviour_logp,
+                                            stats, self.out["inv_loss_gradient_policy"])
+            self.out["inv_telemetry_recomputed"] = _largest(gaps)
+        out, self.steps = self.out, []
+        return out

@@ -1,0 +1,93 @@
+"""Optimisation: every parameter with a gradient is in the optimizer and moves; the gradient stepped with is this
+backward pass's alone; no loss term starves the others under the shared clip.
+
+optimizer_coverage (optimizer). Count of parameters that require a gradient
+but are in no optimizer group, plus parameters whose gradient on the update's
+first minibatch is above 1e-6 of the largest parameter's (norms) and that did
+not change at all over the update. Adam's first step of an element with
+gradient g moves it by lr g / (|g| + eps) (bias-corrected), far above float32
+resolution for any gradient that is not negligible against the largest; the
+later steps of the update would have to undo it exactly. Exact: limit 0. The
+"did not change" part is not judged while the learning rate is 0 (the
+statistic is then the missing count when there is one, else NaN).
+
+gradient_of_loss (optimizer). On each update's first minibatch, the norm of
+every parameter's .grad between zero_grad and the backward pass, against its
+norm after it: ||grad before|| / ||grad after||. The gradient the optimizer
+steps with must be this backward pass's alone, so a correct learner reads
+exactly 0 in any precision; gradients of earlier steps left by a missing or
+misplaced zero_grad (or a parameter whose .grad the optimizer does not zero)
+read their size against this minibatch's gradient. With clipping that stale
+part is about max_grad_norm against a gradient norm of 5 to 50: 1e-2 to 1e-1,
+which the projection onto the value head's bias that `gradient_mismatch`
+exports (limit 0.05, for bfloat16's sake) misses about half the time. Limit
+1e-3 (exact: no false alarm).
+
+policy_starved (preprocessing). On sampled updates, when the first minibatch's
+gradient is clipped (||g|| > max_grad_norm): ||g|| / ||g_policy||, with g_policy
+the gradient of the policy loss term alone (one extra autograd.grad); 0 when
+the gradient is not clipped. Not measured when the policy term's gradient is
+exactly 0 (every sample clipped, or a collapsed policy: no share to speak of)
+or when loss_gradient_policy is broken on the update (the policy term is then
+not the surrogate, and its size says nothing of the scale). The policy term's
+gradient is of the order of the normalised advantages' spread times the
+policy's sensitivity; the value term's grows with the targets' scale. Healthy
+runs read, after update 10: CartPole up to 6e2 (median 1.5e2), Acrobot up to
+3.7e2, Pendulum up to 1.2e3 at gamma 0.9 and about 3e3 at gamma 0.99 (raw
+rewards of -16 a step). A ratio of 1e4 needs value errors about 1e4 times the
+advantages' spread, and 20 sampled updates in a row.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .common import F64, LOSS_GRADIENT_TOLERANCE, NAN
+
+MOVED_FRACTION = 1e-6
+"""A parameter is judged by optimizer_coverage when its gradient is above this share of the largest."""
+
+
+def _gradient_of(loss: torch.Tensor, params: list[torch.Tensor], keep_graph: bool) -> list[torch.Tensor]:
+    """d loss / d param for each parameter, in float64 (zeros where the loss does not reach it)."""
+    grads = (torch.autograd.grad(loss, params, retain_graph=keep_graph, allow_unused=True) if loss.requires_grad
+             else [None] * len(params))
+    return [torch.zeros_like(p, dtype=F64) if g is None else g.to(F64) for p, g in zip(params, grads, strict=True)]
+
+
+def _norms(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The 2-norm of each tensor, stacked (one fused kernel where torch has it)."""
+    if hasattr(torch, "_foreach_norm"):
+        return torch.stack(torch._foreach_norm([t.detach() for t in tensors]))
+    return torch.stack([t.detach().norm() for t in tensors])
+
+
+def _norm(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The 2-norm of all the tensors together (a non-empty list)."""
+    return _norms(tensors).to(F64).norm()
+
+
+def policy_share(params: list[torch.Tensor], grad_norm: torch.Tensor, policy_loss: torch.Tensor,
+                 max_grad_norm: float, loss_gradient_policy: torch.Tensor) -> torch.Tensor:
+    """||g|| / ||g_policy|| when the gradient is clipped, else 0. Needs policy_loss's graph (frees it).
+
+    Not measured (NaN) when the policy term's gradient is exactly 0 (every sample clipped: there is no share to
+    speak of) or is not the surrogate's (the loss invariant names that fault; its size says nothing of scale).
+    """
+    own = _norm(_gradient_of(policy_loss, [p for p in params if p.requires_grad], keep_graph=False))
+    share = torch.where(grad_norm > max_grad_norm, grad_norm / own.clamp_min(1e-30), 0.0)
+    return torch.where((own == 0) | (loss_gradient_policy > LOSS_GRADIENT_TOLERANCE), NAN, share)
+
+
+def optimizer_coverage(params: list[torch.Tensor], optimizer, grad_norms: torch.Tensor | None,
+                       before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
+    """Parameters needing a gradient outside every optimizer group, plus those with a gradient that never moved."""
+    stepped = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    missing = sum(1 for p in params if p.requires_grad and id(p) not in stepped)
+    lr_zero = any(group.get("lr", 0.0) == 0 for group in optimizer.param_groups)
+    if lr_zero or grad_norms is None:
+        return torch.full((), float(missing) if missing else NAN, device=before.device)
+    moved = _norms(list(torch.split(after - before, [p.numel() for p in params]))) > 0
+    judged = grad_norms > MOVED_FRACTION * grad_norms.amax()
+    frozen = (judged & ~moved).sum()
+    return (frozen + missing).float()

@@ -1,0 +1,113 @@
+"""Telemetry self-consistency: every exported diagnostic agrees with an independent float64 recomputation.
+
+telemetry_recomputed (telemetry). On sampled updates, float64 code of its own
+recomputes residual_variance, relative_entropy, advantage/target/value mean
+and std (population std over valid steps) from the tensors the learner
+exported them from, the KL (behaviour parameters against the last epoch's
+minibatch parameters, stored on sampled updates) and the clip fraction (every
+step's minibatch parameters). Statistic: the largest |exported - reference| /
+max(|reference|, floor). Floors (absolute, per quantity): residual variance and
+relative entropy 0.01, clip fraction 0.1, KL 1e-3 nats, means and stds 1% of
+the quantity's |mean| + std. Float32 against float64 differs by about 1e-6 of
+these, a clip fraction by 1/B per sample on the clip boundary (one in 1e5
+updates): limit 1e-3. A residual variance that is undefined (NaN) on one side
+and defined on the other is a disagreement of 1, unless the targets' spread is
+within 2% of the undefined threshold (then skipped). Two diagnostics come from
+the loss's own parts: the clip fraction (the loss's ratio) and the entropy (the
+distribution the loss uses). They are not held against telemetry on updates
+where loss_gradient_policy, respectively loss_gradient_entropy, is broken:
+that invariant names the fault where it is.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .common import F64, LOSS_GRADIENT_TOLERANCE, NAN, SPREAD_FLOOR, _entropy, _kl, _largest, _log_prob
+
+FLOORS = {"residual_variance": 0.01, "relative_entropy": 0.01, "clip_fraction": 0.1, "kl": 1e-3}
+
+
+def _disagreement(exported: list[torch.Tensor], reference: list[torch.Tensor], floor: list) -> torch.Tensor:
+    """Per quantity |exported - reference| / max(|reference|, floor); NaN when both are undefined, 1 when one is."""
+    exported, reference = torch.stack([e.to(F64) for e in exported]), torch.stack([r.to(F64) for r in reference])
+    floor = torch.stack([torch.as_tensor(f, dtype=F64, device=reference.device) for f in floor])
+    gap = (exported - reference).abs() / torch.maximum(reference.abs(), floor)
+    return torch.where(torch.isnan(reference) & torch.isnan(exported), NAN, torch.where(torch.isnan(gap), 1.0, gap))
+
+
+def _moments(x: torch.Tensor, m: torch.Tensor, n: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    mean = (x.to(F64) * m).sum() / n
+    return mean, (((x.to(F64) - mean) * m).pow(2).sum() / n).sqrt()
+
+
+def _residual_variance(targets, values, m, n, min_std) -> torch.Tensor:
+    """Var(t - V) / Var(t) in float64; NaN when undefined, and +inf when the spread is too close to call."""
+    t_mean, t_std = _moments(targets, m, n)
+    r_mean, r_std = _moments(targets.to(F64) - values.to(F64), m, n)
+    t_var, threshold = t_std ** 2, min_std.to(F64) ** 2
+    defined = (n * t_var > 1e-12) & (t_var >= threshold)
+    borderline = (((t_var - threshold).abs() <= 0.02 * threshold) | ((n * t_var - 1e-12).abs() <= 1e-12))
+    ratio = torch.where(defined, r_std ** 2 / t_var.clamp_min(1e-300), NAN)
+    return torch.where(borderline, torch.inf, ratio)
+
+
+def flat_target_spread(reward_scale, valid, done, gamma: float) -> torch.Tensor:
+    """The targets' std below which residual variance is undefined: 1% of r_max x the horizon
+    min(1 / (1 - gamma), mean episode length); 0 when there is no horizon (gamma 1, no episode end)."""
+    episodes = (done & valid).to(F64).sum()
+    horizon = torch.where(episodes > 0, valid.to(F64).sum() / episodes.clamp_min(1), torch.inf)
+    if gamma < 1:
+        horizon = horizon.clamp(max=1 / (1 - gamma))
+    return torch.where(torch.isinf(horizon), 0.0, 0.01 * reward_scale.to(F64) * horizon)
+
+
+def arrival_disagreement(dist, params, values, targets, advantages, valid, min_std,
+                         exported: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """Relative disagreements of the batch statistics exported at arrival with their recomputation: (relative
+    entropy's, the largest of the others)."""
+    m = valid.to(F64)
+    n = m.sum().clamp_min(1)
+    exported_, reference, floor = [], [], []
+    for name, x in (("value", values), ("target", targets), ("advantage", advantages)):
+        mean, std = _moments(x, m, n)
+        exported_ += [exported[f"{name}_mean"], exported[f"{name}_std"]]
+        reference += [mean, std]
+        floor += [SPREAD_FLOOR * (mean.abs() + std)] * 2
+    exported_.append(exported["relative_entropy"])
+    reference.append((_entropy(dist, params) * m).sum() / n / dist.max_entropy)
+    floor.append(FLOORS["relative_entropy"])
+    ratio = _residual_variance(targets, values, m, n, min_std)
+    exported_.append(exported["residual_variance"])
+    reference.append(ratio)
+    floor.append(FLOORS["residual_variance"])
+    gaps = _disagreement(exported_, reference, floor)
+    gaps[-1] = torch.where(torch.isinf(ratio), NAN, gaps[-1])   # too close to the undefined threshold to call
+    entropy_gap, others = gaps[-2], _largest([*gaps[:-2], gaps[-1]])
+    return tuple(torch.where(valid.any(), x, NAN) for x in (entropy_gap, others))
+
+
+def update_disagreement(dist, clip: float, steps: list, b, behaviour_logp: torch.Tensor, stats: dict,
+                        loss_gradient_policy: torch.Tensor) -> list[torch.Tensor]:
+    """KL (last epoch) and clip fraction (every step) recomputed from the kept minibatch parameters `steps`
+    ((minibatch indices, policy parameters, last epoch) per step).
+
+    The clip fraction is the loss's own statistic: when the loss's policy gradient is off its closed form,
+    the loss invariant names the fault, and the clip fraction is not held against telemetry.
+    """
+    mbs = torch.cat([mb for mb, _, _ in steps])
+    params = torch.cat([p for _, p, _ in steps])
+    # Built on the host and sent without waiting: the device's queue is never drained here.
+    host_sizes = torch.tensor([mb.numel() for mb, _, _ in steps])
+    sizes = host_sizes.to(mbs.device, non_blocking=True)
+    step_of = torch.repeat_interleave(torch.arange(len(steps)), host_sizes).to(mbs.device, non_blocking=True)
+    log_ratio = _log_prob(dist, params, b.mb_actions[mbs]) - behaviour_logp[mbs].to(F64)
+    clipped = ((log_ratio.exp() - 1).abs() > clip).to(F64)
+    fractions = torch.zeros(len(steps), dtype=F64, device=mbs.device).index_add_(0, step_of, clipped)
+    clip_fraction = (fractions / sizes.clamp_min(1)).mean()
+    last_mbs = torch.cat([mb for mb, _, last in steps if last])
+    last_params = torch.cat([p for _, p, last in steps if last])
+    kl = _kl(dist, b.mb_params[last_mbs], last_params).sum() / max(b.count, 1)
+    clip_gap, kl_gap = _disagreement([stats["clip_fraction"], stats["kl"]], [clip_fraction, kl],
+                                     [FLOORS["clip_fraction"], FLOORS["kl"]])
+    return [torch.where(loss_gradient_policy > LOSS_GRADIENT_TOLERANCE, NAN, clip_gap), kl_gap]
