@@ -371,7 +371,15 @@ def train(cfg: TrainConfig, archive: RunArchive, telemetry=None, stop=None, resu
 
 
 def train_in(cfg: TrainConfig, argv: list[str], telemetry=None, stop=None,
-             observers: Iterable[RowObserver] = ()) -> tuple[dict, Path]:
-    """A fresh run directory, a run in it, the directory closed: (summary, run dir). For tools and tests."""
+             observers: Iterable[RowObserver] = (), serve_metrics: bool = False) -> tuple[dict, Path]:
+    """A fresh run directory, a run in it, the directory closed: (summary, run dir). For tools and tests.
+
+    `serve_metrics`: start the run's telemetry as `rlvitals train` does (its endpoint and discovery file)."""
     with open_archive(cfg, argv) as archive:
-        return train(cfg, archive, telemetry, stop=stop, observers=observers), archive.path
+        if serve_metrics:
+            telemetry = start_run_telemetry(cfg, archive)
+        try:
+            return train(cfg, archive, telemetry, stop=stop, observers=observers), archive.path
+        finally:
+            if serve_metrics:
+                telemetry.stop()

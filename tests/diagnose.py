@@ -63,9 +63,11 @@ def slow_down(mp: pytest.MonkeyPatch, factor: float) -> None:
 
 def diagnose(run_dir: Path, env: str = "CartPole-v1", bug: PlantedBug | None = None, budget_s: float = 60.0,
              stop_on_verdict: bool = True, seed: int = 0, slowdown: float = 1.0,
-             until: Callable[[list[dict], list[Verdict]], bool] | None = None, **overrides) -> Diagnosis:
+             until: Callable[[list[dict], list[Verdict]], bool] | None = None, serve_metrics: bool = False,
+             **overrides) -> Diagnosis:
     """`until(rows, loud)`: stop once true, given the rows written so far and the loud verdicts fired so far.
-    `slowdown`: every collection takes that many times as long (a slower machine)."""
+    `slowdown`: every collection takes that many times as long (a slower machine). `serve_metrics`: the run
+    serves its metrics (and writes its discovery file) as `rlvitals train` does."""
     loud: list[Verdict] = []
     rows: list[dict] = []
 
@@ -89,7 +91,8 @@ def diagnose(run_dir: Path, env: str = "CartPole-v1", bug: PlantedBug | None = N
                 slow_down(mp, slowdown)
             if bug is not None:
                 bug.apply(mp)
-            summary, path = train_in(cfg, ["diagnose"], stop=stop, observers=[monitor_hook, rows.append])
+            summary, path = train_in(cfg, ["diagnose"], stop=stop, observers=[monitor_hook, rows.append],
+                                     serve_metrics=serve_metrics)
     finally:
         if owns_ray:
             import ray

@@ -15,18 +15,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import tempfile
 import time
 from pathlib import Path
 
 import psutil
 import pytest
+from rules_prometheus import RulesPrometheus
 from test_ray import finish, ray_address, ray_args, train  # noqa: F401  (ray_address: the module's Ray head)
 
-from conftest import _start, _stop, http_get
-from rlvitals.stack.render import render_prometheus_config
 from rlvitals.telemetry.health import read_rows
 
 # Ray starts 8 actor processes at niceness 15: on this shared 2-core machine about 110 s until all are
@@ -70,39 +67,6 @@ class MaybeSlowCartPole(CartPoleEnv):
 
 gym.register("MaybeSlowCartPole-v0", entry_point=MaybeSlowCartPole, max_episode_steps=500)
 '''
-
-
-class RulesPrometheus:
-    """A Prometheus scraping and evaluating the generated rules every second, watching one run's discovery."""
-
-    def __init__(self, discovery: Path):
-        self.tmp = tempfile.TemporaryDirectory(prefix="rlvitals-fleet-ray-")
-        root = Path(self.tmp.name)
-        config = render_prometheus_config([str(discovery / "*.json")], "1s").replace(
-            "evaluation_interval: 5s", "evaluation_interval: 1s")
-        (root / "prometheus.yml").write_text(config)
-        binary = shutil.which("prometheus")
-        if binary is None:
-            pytest.skip("the `prometheus` binary is not on PATH (Debian: apt-get install prometheus)")
-        self.process, self.url, self.log = _start(binary, root, 0)
-        deadline = time.monotonic() + 60
-        while http_get(f"{self.url}/-/ready", timeout=1)[0] != 200:
-            assert time.monotonic() < deadline and self.process.poll() is None, self.log.read_text()[-2000:]
-            time.sleep(0.2)
-
-    def alerts(self) -> list[dict]:
-        status, body = http_get(f"{self.url}/api/v1/alerts")
-        assert status == 200, body[:300]
-        return json.loads(body)["data"]["alerts"]
-
-    def up_actors(self) -> int:
-        status, body = http_get(f"{self.url}/api/v1/query?query=count(up%7Bcomponent%3D%22actor%22%7D%3D%3D1)")
-        result = json.loads(body)["data"]["result"] if status == 200 else []
-        return int(result[0]["value"][1]) if result else 0
-
-    def close(self) -> None:
-        _stop(self.process)
-        self.tmp.cleanup()
 
 
 def metrics_instance(pid: int, discovery: Path) -> str | None:
