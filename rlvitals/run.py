@@ -15,11 +15,9 @@ A rollout source has three methods (whoever makes a source releases its envs or 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Iterable
-from pathlib import Path
 
 import psutil
 
@@ -30,8 +28,8 @@ from rlvitals.telemetry.interface import or_null
 from rlvitals.telemetry.invariants import InvariantMonitor
 from rlvitals.telemetry.verdicts import SEVERITIES, print_verdict
 
-from .archive import ArchiveWriteError, RunArchive
-from .checkpoint import restore, save_checkpoint, telemetry_state
+from .archive import RunArchive
+from .checkpoint import restore, save_checkpoint
 from .config import TrainConfig
 from .evidence import PipelineEvidence
 from .guard import NonFiniteGuard
@@ -321,65 +319,3 @@ def run_info(cfg: TrainConfig, archive: RunArchive) -> dict:
     meta = archive.meta
     return {"run_id": meta["run_id"], "run_name": os.path.basename(os.path.abspath(archive.path)), "env": cfg.env,
             "algorithm": cfg.agent, "mode": cfg.mode, "code_version": meta["code_version"]["commit"][:12]}
-
-
-@contextlib.contextmanager
-def open_archive(cfg: TrainConfig, argv: list[str], resume: dict | None = None):
-    """The run directory, new (or, resuming, the existing one with the resume noted); closed at the end."""
-    if resume is None:
-        archive = RunArchive.create(cfg.run_dir, cfg.to_dict(), argv)
-    else:
-        archive = RunArchive(cfg.run_dir)
-        archive.note_resume(argv, resume["tracker"]["env_steps"], cfg.to_dict(), updates=resume["tracker"]["updates"],
-                            best=resume.get("best"))
-    try:
-        yield archive
-    except BaseException as exc:
-        if not (archive.summary_written or archive.summary_failed):  # ended before the run loop wrote one
-            with contextlib.suppress(ArchiveWriteError):
-                archive.write_summary(ended_by(exc))
-        raise
-    finally:
-        archive.close()
-
-
-def start_run_telemetry(cfg: TrainConfig, archive: RunArchive, resume: dict | None = None):
-    """This process's telemetry (no-op at `off`), counters loaded from `resume` before it first answers."""
-    from rlvitals.telemetry.process import start_telemetry
-
-    host = cfg.metrics_host
-    if host == "node":  # the address other machines reach this one at
-        import socket
-
-        host = socket.gethostbyname(socket.gethostname())
-    return start_telemetry(
-        "local" if cfg.mode == "local" else "learner", cfg.verbosity, host=host, port=cfg.metrics_port,
-        discovery_dir=str(archive.path / "discovery"), run_info=run_info(cfg, archive),
-        state=telemetry_state(resume) if resume is not None else None)
-
-
-def train(cfg: TrainConfig, archive: RunArchive, telemetry=None, stop=None, resume: dict | None = None,
-          observers: Iterable[RowObserver] = ()) -> dict:
-    """Train in the mode the config names; the run summary."""
-    if cfg.mode == "local":
-        from .training import train_local
-
-        return train_local(cfg, archive, telemetry, stop=stop, resume=resume, observers=observers)
-    from .distributed import train_ray
-
-    return train_ray(cfg, archive, telemetry, stop=stop, resume=resume, observers=observers)
-
-
-def train_in(cfg: TrainConfig, argv: list[str], telemetry=None, stop=None,
-             observers: Iterable[RowObserver] = (), serve_metrics: bool = False) -> tuple[dict, Path]:
-    """A fresh run directory, a run in it, the directory closed: (summary, run dir). For tools and tests.
-
-    `serve_metrics`: start the run's telemetry as `rlvitals train` does (its endpoint and discovery file)."""
-    with open_archive(cfg, argv) as archive:
-        if serve_metrics:
-            telemetry = start_run_telemetry(cfg, archive)
-        try:
-            return train(cfg, archive, telemetry, stop=stop, observers=observers), archive.path
-        finally:
-            if serve_metrics:
-                telemetry.stop()

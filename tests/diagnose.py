@@ -18,7 +18,7 @@ import pytest
 from planted_bugs import PlantedBug, plant_in_ray_workers
 
 from rlvitals.config import TrainConfig
-from rlvitals.run import train_in
+from rlvitals.session import train_in
 from rlvitals.telemetry.health import read_rows
 from rlvitals.telemetry.verdicts import Verdict, read_verdicts
 

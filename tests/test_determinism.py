@@ -11,7 +11,7 @@ import torch
 from rlvitals.archive import RunArchive
 from rlvitals.config import TrainConfig
 from rlvitals.rows import MEASURED_KEYS
-from rlvitals.run import train_in
+from rlvitals.session import train_in
 
 
 def small_config(seed: int, run_dir: Path) -> TrainConfig:

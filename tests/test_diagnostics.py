@@ -21,7 +21,7 @@ from rlvitals.config import TrainConfig
 from rlvitals.doctor import probe_config
 from rlvitals.learner.networks import Categorical, DiagGaussian
 from rlvitals.learner.ppo import PPOLearner
-from rlvitals.run import train_in
+from rlvitals.session import train_in
 from rlvitals.telemetry.interface import RecorderTelemetry
 from rlvitals.telemetry.process import build_registry
 from rlvitals.telemetry.recorder import Recorder

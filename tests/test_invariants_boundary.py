@@ -21,7 +21,7 @@ import torch
 from rlvitals.actors.runner import EnvRunner
 from rlvitals.actors.witness import STATISTICS
 from rlvitals.config import TrainConfig
-from rlvitals.run import train_in
+from rlvitals.session import train_in
 from rlvitals.telemetry.invariants import BY_NAME, InvariantMonitor
 
 UPDATES = 4

@@ -26,7 +26,7 @@ from rlvitals.learner.networks import Categorical, DiagGaussian
 from rlvitals.learner.ppo import PPOLearner
 from rlvitals.learner.reference_returns import vtrace_reference
 from rlvitals.learner.returns import vtrace
-from rlvitals.run import train_in
+from rlvitals.session import train_in
 from rlvitals.telemetry.invariants import BY_NAME
 from rlvitals.training import make_network, ppo_settings, seed_everything
 

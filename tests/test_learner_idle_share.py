@@ -12,7 +12,7 @@ import gymnasium as gym
 import pytest
 
 from rlvitals.config import TrainConfig
-from rlvitals.run import train_in
+from rlvitals.session import train_in
 from rlvitals.telemetry.interface import RecorderTelemetry
 from rlvitals.telemetry.recorder import Recorder
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from rlvitals.config import TrainConfig
 from rlvitals.learner.ppo import PhaseLaps
-from rlvitals.run import train_in
+from rlvitals.session import train_in
 from rlvitals.telemetry.catalogue import BY_NAME
 from rlvitals.telemetry.interface import RecorderTelemetry
 from rlvitals.telemetry.recorder import Recorder

@@ -16,7 +16,7 @@ from rlvitals.archive import RunArchive
 from rlvitals.checkpoint import telemetry_state
 from rlvitals.config import TrainConfig
 from rlvitals.rows import DENSE_UPDATES, RowWriter, scheduled
-from rlvitals.run import train_in
+from rlvitals.session import train_in
 from rlvitals.telemetry.interface import RecorderTelemetry
 from rlvitals.telemetry.recorder import Recorder
 

@@ -22,7 +22,7 @@ from rlvitals.archive import lock_run_dir
 from rlvitals.config import TrainConfig
 from rlvitals.report.page import runs_section
 from rlvitals.report.rundata import load_run
-from rlvitals.run import open_archive
+from rlvitals.session import open_archive
 from rlvitals.status import recorded_cause, recorded_status, run_status
 
 CLI = [sys.executable, "-m", "rlvitals.cli"]
