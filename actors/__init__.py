@@ -1,6 +1,6 @@
 """Actors: everything that steps environments.
 
-`envs` builds gymnasium vector envs (autoreset mode set explicitly), `probes`
+`envs` builds gymnasium vector envs (`env_contract`: autoreset mode set explicitly, `atari`: ALE ids), `probes`
 registers the probe environments, `agents` holds the probe agents, `runner`
 collects rollouts stamped with the network age that produced them, and
 `rollout` defines what travels from actors to the learner.

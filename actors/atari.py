@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import gymnasium as gym
 
-from .envs import AUTORESET_MODE, EnvError
+from .env_contract import AUTORESET_MODE, EnvError
 
 INSTALL_HINT = "pip install rlvitals[atari]"
 FRAME_SKIP, FRAME_STACK, SCREEN_SIZE, NOOP_MAX = 4, 4, 84, 30

@@ -1,9 +1,7 @@
-"""Build gymnasium vector envs the way the runner expects them.
+"""Build gymnasium vector envs the way the runner expects them (the contract: env_contract.py).
 
-The autoreset mode is always set explicitly to NEXT_STEP (gymnasium's
-default, and the only mode of its numpy-vectorised CartPole and of many
-user envs) and checked after construction, so a library default changing
-under us is an error rather than a silent change of what `done` means.
+Atari ids are built by atari.py, which this module calls; atari.py reads only
+the contract, so the two do not import each other.
 """
 
 from __future__ import annotations
@@ -14,13 +12,8 @@ import inspect
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AutoresetMode
 
-AUTORESET_MODE = AutoresetMode.NEXT_STEP
-
-
-class EnvError(ValueError):
-    """The environment id cannot be built; the message is one line for the user."""
+from .env_contract import AUTORESET_MODE, EnvError
 
 
 def resolve_env_id(env_id: str) -> str:
