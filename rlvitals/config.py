@@ -17,17 +17,16 @@ from typing import Any, get_type_hints
 
 import yaml
 
+from .config_error import ConfigError
 from .config_yaml import AliasRefused, parse_yaml
+from .env_kwargs import parse_env_kwargs
+from .limits import CONFIG_BYTES_MAX, check_config_limits, check_nesting, read_bounded
 
 VERBOSITY_LEVELS = ("off", "minimal", "standard", "debug")
 MODES = ("local", "ray")
 AGENTS = ("ppo", "random", "fixed")
 DEVICES = ("auto", "cpu", "cuda")
 IMAGE_NETWORKS = ("nature", "impala")
-
-
-class ConfigError(ValueError):
-    """A configuration value is wrong; the message is one line for the user."""
 
 
 RETIRED_FIELDS = {
@@ -206,8 +205,6 @@ class TrainConfig:
             if not (math.isfinite(value) and value >= 0):
                 raise ConfigError(f"{name}={value!r} is invalid: expected a finite number >= 0")
         parse_resources(self.actor_resources)
-        from .env_kwargs import parse_env_kwargs
-
         parse_env_kwargs(self.env_kwargs)  # names the env refuses are found where it is built
         _positive_float("startup_timeout_seconds", self.startup_timeout_seconds)
         for name in ("value_coef", "entropy_coef"):
@@ -235,8 +232,6 @@ class TrainConfig:
             raise ConfigError(f"env={self.env!r} is invalid: expected a gymnasium id such as CartPole-v1")
         if self.return_threshold is not None and not math.isfinite(self.return_threshold):
             raise ConfigError(f"return_threshold={self.return_threshold!r} is invalid: expected a finite number")
-        from .limits import check_config_limits
-
         check_config_limits(self)  # seeds, counters, threads and envs no machine can hold
         return self
 
@@ -297,8 +292,6 @@ def coerce(name: str, raw: Any) -> Any:
     hint = field_types()[name]
     text = str(raw)
     if hint == dict[str, Any]:
-        from .env_kwargs import parse_env_kwargs
-
         return parse_env_kwargs(raw)  # its own one-line errors
     try:
         if hint is bool:
@@ -343,8 +336,6 @@ def load_yaml(path: str | Path, what: str = "config file") -> dict[str, Any]:
     The one way rlvitals reads a YAML file: a regular file of at most CONFIG_BYTES_MAX, read with the
     one loader (config_yaml: no aliases, no duplicate keys, bounded nesting). ConfigError, one line, for
     anything else, whoever wrote the file."""
-    from .limits import CONFIG_BYTES_MAX, read_bounded
-
     try:
         data = parse_yaml(read_bounded(path, CONFIG_BYTES_MAX, what).decode("utf-8"))
     except OSError as exc:
@@ -367,8 +358,6 @@ def load_yaml(path: str | Path, what: str = "config file") -> dict[str, Any]:
 
 def build_config(yaml_path: str | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
     """Defaults, then the YAML file, then command-line overrides; validated."""
-    from .limits import check_nesting
-
     values: dict[str, Any] = {}
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     layers = []

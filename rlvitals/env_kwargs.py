@@ -14,8 +14,9 @@ from typing import Any
 
 import yaml
 
-from .config import ConfigError
+from .config_error import ConfigError
 from .config_yaml import AliasRefused, parse_yaml
+from .limits import check_nesting
 
 EXPECTED = ("expected a mapping of the env constructor's argument names to values, as JSON or YAML, "
             "e.g. '{\"g\": 9.81}'")
@@ -24,8 +25,6 @@ PLAIN = (str, int, float, bool, type(None))
 
 def parse_env_kwargs(raw: Any) -> dict[str, Any]:
     """The mapping `raw` (a mapping, or its JSON or YAML text; empty or null: none) holds; ConfigError otherwise."""
-    from .limits import check_nesting
-
     value = _parsed(raw) if isinstance(raw, str) else raw
     if value is None:
         return {}

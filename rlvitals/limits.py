@@ -15,7 +15,7 @@ import os
 import stat
 from pathlib import Path
 
-from .config import ConfigError
+from .config_error import ConfigError
 from .config_yaml import NESTING_MAX
 
 SEED_MAX = 2**32 - 1

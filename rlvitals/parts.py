@@ -8,6 +8,7 @@ same learner everywhere.
 from __future__ import annotations
 
 import random
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -16,7 +17,10 @@ from rlvitals.actors.agents import FixedActionAgent, RandomAgent
 from rlvitals.learner.networks import ActorCritic
 from rlvitals.learner.ppo import PPOLearner, PPOSettings
 
-from .config import TrainConfig
+from .config_error import ConfigError
+
+if TYPE_CHECKING:   # annotations only: config.py's checks call into this module
+    from .config import TrainConfig
 
 
 def resolve_device(cfg: TrainConfig) -> torch.device:
@@ -47,7 +51,6 @@ def env_spaces(cfg: TrainConfig):
 
 def make_network(cfg: TrainConfig, obs_space, action_space) -> ActorCritic:
     """ConfigError (one line) where the config asks for something this env's spaces do not allow."""
-    from .config import ConfigError
 
     try:
         net = ActorCritic(obs_space, action_space, cfg.hidden_sizes, image_network=cfg.image_network,
