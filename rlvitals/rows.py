@@ -38,9 +38,9 @@ FLOOR_SECONDS = 60.0
 IDLE_SECONDS = 5.0
 """Row interval while updates stall because every arriving batch is dropped: alerts need rows to fire."""
 
-MEASURED_KEYS = ("wall_seconds", "rss_bytes", "inv_memory_per_sample")
-"""Row keys read from the machine (clock, memory, and memory's growth per sample): different in every repetition
-of a run."""
+MEASURED_KEYS = ("wall_seconds", "rss_bytes", "inv_memory_per_sample", "inv_learner_waits_while_ready")
+"""Row keys read from the machine (clock, memory and memory's growth per sample, the learner's needless waits):
+different in every repetition of a run."""
 
 MODE_KEYS = ("inv_actor_accounting",)
 """Row keys only one mode writes (the Ray actors' own counters): a Ray run replaying local mode has them besides."""

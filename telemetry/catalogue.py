@@ -304,9 +304,16 @@ METRICS: tuple[Metric, ...] = (
            "Fraction of the last 100 episodes the env reported as a success (`is_success`/`success` in info); "
            "absent for envs that do not report success.", source="solve_ratio"),
     Metric("rlvitals_actor_phase_seconds_total", "counter", "actor", "standard", "s",
-           "Seconds actors spent stepping envs, running policy inference, and waiting for weights. A large "
-           "`weight_wait` share means actors idle on the learner.",
-           labels=("phase",), label_values={"phase": ("env_step", "inference", "weight_wait")},
+           "Seconds actors spent in each phase; in Ray mode the phases add up to each actor's wall time since "
+           "it started (a local run's collection is the learner's `wait` phase: only its env_step and "
+           "inference show here). "
+           "`env_step`: stepping envs; `inference`: the policy's forward pass; `weight_wait`: waiting for and "
+           "loading new weights; `work_wait`: no request in hand (a finished rollout waits for the learner to "
+           "ask for the next); `other`: start-up, the runner's packing and the actor's own telemetry. A large "
+           "`work_wait` or `weight_wait` share means actors idle on the learner; a large `other` share, "
+           "overhead outside the env and the policy.",
+           labels=("phase",), label_values={"phase": ("env_step", "inference", "weight_wait", "work_wait",
+                                                      "other")},
            source="time_{phase}", not_in_rows=TIMINGS_NOT_IN_ROWS),
     Metric("rlvitals_actor_network_age", "gauge", "actor", "minimal", "short",
            "Age of the network the actor acts with. Healthy: follows rlvitals_learner_network_age closely.",

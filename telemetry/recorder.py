@@ -27,6 +27,9 @@ from .catalogue import BY_NAME, METRICS, Metric
 
 log = logging.getLogger("rlvitals.telemetry")
 
+ACTOR_PHASES = BY_NAME["rlvitals_actor_phase_seconds_total"].label_values["phase"]
+"""The phases a rollout's timings are exported under (a phase a rollout lacks adds 0: local mode's)."""
+
 COMPONENTS = {
     "local": {"run", "learner", "actor", "queue", "process", "node", "gpu"},
     "learner": {"run", "learner", "queue", "process"},
@@ -160,7 +163,7 @@ class Recorder:
             self._inc("rlvitals_actor_env_steps_total", rollout.env_steps)
             self._inc("rlvitals_actor_episodes_total", len(ep.returns))
             self._set("rlvitals_actor_network_age", rollout.policy_age)
-            for phase in ("env_step", "inference", "weight_wait"):
+            for phase in ACTOR_PHASES:
                 self._inc("rlvitals_actor_phase_seconds_total", timings.get(phase, 0.0), (phase,))
             finite = np.isfinite(ep.returns)
             if finite.any():  # episodes with a NaN reward have no return to show

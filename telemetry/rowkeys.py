@@ -27,6 +27,7 @@ ROW_ONLY_KEYS = {
 OCCASIONAL_KEYS = {
     "inv_actor_accounting": "Ray mode only: the actors' own counters travel on their rollouts",
     "inv_memory_per_sample": "once the run has seen 32 updates' worth of memory readings",
+    "inv_learner_waits_while_ready": "Ray async mode only, on updates whose wait began with a rollout ready",
 }
 """Keys a row holds only in some runs, with when."""
 

@@ -495,6 +495,21 @@ def weights_one_age_behind(mp):
     mp.setattr(Fleet, "publish", publish)
 
 
+def learner_waits_for_every_request(mp):
+    from rlvitals.distributed.loops import AsyncRollouts
+
+    original = AsyncRollouts._take
+
+    def _take(self):
+        # A barrier left over from the synchronous loop: before taking a batch, wait until every request in
+        # flight has finished, the one just sent to the actor whose rollout was learned from included.
+        if self.in_flight:
+            self.ray.wait(list(self.in_flight), num_returns=len(self.in_flight))
+        return original(self)
+
+    mp.setattr(AsyncRollouts, "_take", _take)
+
+
 # ---------------------------------------------------------------- planting inside Ray's actor processes
 PLANT_ENV = "RLVITALS_PLANTED_BUG"
 
@@ -623,6 +638,9 @@ INVARIANT_BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("ray_value_head_left_out_of_the_optimizer", "optimizer", "run", value_head_left_out_of_the_optimizer,
                overrides=RAY, mode="ray", invariant="optimizer_coverage",
                what="Ray mode: the learner's optimizer misses the value head"),
+    PlantedBug("ray_learner_waits_for_every_request", "throughput", "run", learner_waits_for_every_request,
+               overrides=RAY, mode="ray", invariant="learner_waits_while_ready",
+               what="Ray async mode: the learner waits for every request in flight before taking a ready batch"),
 )
 
 DOCTOR_BUGS: tuple[PlantedBug, ...] = (

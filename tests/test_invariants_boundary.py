@@ -238,10 +238,11 @@ def test_a_rollout_received_twice_breaks_the_actor_accounting():
     counters, accounts = ActorCounters(0, 1234), ActorAccounts()
     try:
         for _ in range(2):
-            started = counters.task_started()
+            counters.task_started()
             rollout = runner.collect(RandomAgent(runner.action_space, 0), 4)
             counters.produced_one()
-            counters.deliver(rollout, started, 0.0)
+            counters.phases(rollout, 0.0)
+            counters.deliver(rollout)
             accounts.arrived(rollout)
             assert accounts.take_statistic() == {"inv_actor_accounting": 0.0}
         accounts.arrived(rollout)              # the same result handed to the driver again

@@ -13,6 +13,8 @@ Modules, one job each:
   workers   the bodies of the Ray actors (rollout worker, incarnation ledger, node sidecar)
   fleet     the actors of one run: start-up, discovery files, deaths, restarts, weight publishing
   loops     how rollouts arrive (sync / async sources for `Run.drive`) and `train_ray`
+  accounting  every rollout and second of every actor, counted by the actor and checked by the driver
+  readiness   whether the learner waits while a finished rollout is ready (async mode)
 """
 
 from .connect import check_resources, preflight_ray, start_ray, stop_ray

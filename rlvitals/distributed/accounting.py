@@ -30,28 +30,37 @@ import time
 from collections import Counter
 
 PHASES = ("env_step", "inference", "weight_wait", "work_wait", "other")
-"""Where an actor's seconds go: stepping envs, the policy's forward pass, waiting for and loading weights
-(the three phases of rlvitals_actor_phase_seconds_total), idle with no request in hand (between rollouts, and
-from start-up to the first), and the rest of a rollout's collection (the runner's bookkeeping, packing, the
-actor's own telemetry). They add up to the incarnation's wall time since it started, up to its last delivery."""
+"""Where an actor's seconds go (the `phase` values of rlvitals_actor_phase_seconds_total): stepping envs, the
+policy's forward pass, waiting for and loading weights, waiting for work (no request in hand: the rollout it
+finished waits for the learner to ask for the next), and the rest (start-up, the runner's bookkeeping and
+packing, the actor's own telemetry and delivery). They add up to the incarnation's wall time since its
+constructor began."""
 
 
 class ActorCounters:
-    """One actor incarnation's own accounting."""
+    """One actor incarnation's own accounting.
 
-    def __init__(self, actor_id: int, pid: int):
+    Every second since `born` is in exactly one phase: time before `_mark` is in `seconds`; after it, the
+    tail of the last delivery (other) up to `_ready`, then waiting for work until a request arrives."""
+
+    def __init__(self, actor_id: int, pid: int, born: float | None = None):
+        """`born`: time.perf_counter() when the actor's constructor began (default: now)."""
+        now = time.perf_counter()
         self.actor_id, self.pid = actor_id, pid
         self.produced = self.delivered = 0
         self.dropped: Counter = Counter()
         self.seconds = dict.fromkeys(PHASES, 0.0)
-        self._idle_since = time.perf_counter()
+        self.born = now if born is None else born
+        self.born_wall = time.time() - (now - self.born)
+        """The same instant on the wall clock, which the phases' perf_counter sums are checked against."""
+        self._mark = self.born
+        self._ready = now           # start-up (other) ends here; waiting for the first request begins
+        self._task: float | None = None
 
     def task_started(self) -> float:
         """A request arrived: the wait for it ends now (returned: now)."""
-        now = time.perf_counter()
-        self.seconds["work_wait"] += now - self._idle_since
-        self._idle_since = now
-        return now
+        self._task = time.perf_counter()
+        return self._task
 
     def produced_one(self) -> None:
         self.produced += 1
@@ -59,22 +68,40 @@ class ActorCounters:
     def dropped_one(self, reason: str) -> None:
         self.dropped[reason] += 1
 
-    def deliver(self, rollout, started: float, weights_s: float) -> None:
-        """`rollout`, started at `started`, goes back to the driver now: count it, stamp the counters on it."""
+    def phases(self, rollout, weights_s: float) -> None:
+        """Put every second since the last call into a phase; the rollout carries this share in `timings`.
+
+        Called once per rollout, before the actor's telemetry exports its timings."""
         now = time.perf_counter()
         timings = rollout.timings
-        env, inference = timings.get("env_step", 0.0), timings.get("inference", 0.0)
-        self.seconds["env_step"] += env
-        self.seconds["inference"] += inference
-        self.seconds["weight_wait"] += weights_s
-        self.seconds["other"] += max(0.0, now - started - env - inference - weights_s)
+        timings["weight_wait"] = weights_s
+        task = self._task if self._task is not None else now
+        timings["work_wait"] = max(0.0, task - max(self._ready, self._mark))
+        known = sum(timings.get(p, 0.0) for p in ("env_step", "inference", "weight_wait", "work_wait"))
+        timings["other"] = max(0.0, now - self._mark - known)
+        for phase in PHASES:
+            self.seconds[phase] += timings.get(phase, 0.0)
+        self._mark = now
+
+    def deliver(self, rollout) -> None:
+        """`rollout` goes back to the driver now: count it, stamp the counters on it."""
         self.delivered += 1
-        self._idle_since = now
         rollout.actor_counters = (self.snapshot(),)
+        self._task = None
+        self._ready = time.perf_counter()
 
     def snapshot(self) -> dict:
+        """The counters now, with the seconds since the last `phases` call in theirs (`wall`: the wall clock's
+        seconds since `born`, which the phases add up to)."""
+        now = time.perf_counter()
+        seconds = dict(self.seconds)
+        if self._task is not None or self._ready < self._mark:   # inside a task: its tail so far
+            seconds["other"] += now - self._mark
+        else:
+            seconds["other"] += self._ready - self._mark
+            seconds["work_wait"] += now - self._ready
         return {"actor": self.actor_id, "pid": self.pid, "produced": self.produced, "delivered": self.delivered,
-                "dropped": dict(self.dropped), "seconds": dict(self.seconds)}
+                "dropped": dict(self.dropped), "seconds": seconds, "wall": time.time() - self.born_wall}
 
 
 class ActorAccounts:
@@ -122,7 +149,8 @@ class ActorAccounts:
         per_actor: dict[int, dict] = {}
         for (actor, pid), c in sorted(self.latest.items()):
             row = per_actor.setdefault(actor, {"incarnations": 0, "produced": 0, "delivered": 0, "dropped": {},
-                                               "received": 0, "in_flight": 0, "seconds": dict.fromkeys(PHASES, 0.0)})
+                                               "received": 0, "in_flight": 0, "seconds": dict.fromkeys(PHASES, 0.0),
+                                               "wall": 0.0})
             row["incarnations"] += 1
             row["produced"] += c["produced"]
             row["delivered"] += c["delivered"]
@@ -130,6 +158,7 @@ class ActorAccounts:
                 row["dropped"][reason] = row["dropped"].get(reason, 0) + n
             row["received"] += self.received[(actor, pid)]
             row["in_flight"] += self.in_flight[(actor, pid)]
+            row["wall"] = round(row["wall"] + c.get("wall", 0.0), 3)
             for phase, s in c["seconds"].items():
                 row["seconds"][phase] = round(row["seconds"].get(phase, 0.0) + s, 3)
         mismatch = 0

@@ -7,6 +7,7 @@ local mode, and from each other, only in where the batch comes from.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -21,6 +22,7 @@ from ..run import Run, run_info
 from .accounting import ActorAccounts, final_counters
 from .connect import start_ray, stop_ray
 from .fleet import Fleet
+from .readiness import ReadyWaits
 
 
 class SyncRollouts:
@@ -80,7 +82,9 @@ class AsyncRollouts:
         run.weights_handed_out()
         self.in_flight: dict = {}
         """object ref of a requested rollout -> task (actor index, generation)."""
-        self.accounts = run.actor_accounts = ActorAccounts()
+        self.accounts = ActorAccounts()
+        self.waits = ReadyWaits()
+        run.actor_accounts = DriverStatistics(self.accounts, self.waits)
         self.owed: int | None = None
         self.fetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-fetch")
         self.prefetched: tuple | None = None
@@ -106,12 +110,14 @@ class AsyncRollouts:
             self.owed = None
         while True:
             with run.telemetry.phase("wait"):
+                self.waits.waiting(self._ready_now())
                 _, task, fetched = self._take()
                 try:
-                    rollout = fetched.result()
+                    rollout, fetch_s = fetched.result()
                 except ray.exceptions.RayError as exc:
                     fleet.actor_failed(task, exc)  # resubmitted once its endpoint answers
                     continue
+                self.waits.took(fetch_s)
                 depth = self._prefetch()
             with run.telemetry.phase("bookkeeping"):
                 self.accounts.arrived(rollout)
@@ -124,6 +130,12 @@ class AsyncRollouts:
                     return None
             self.owed = task[0]
             return rollout
+
+    def _ready_now(self) -> bool:
+        """A finished rollout is there to take (prefetched, or finished and not yet fetched)."""
+        if self.prefetched is not None:
+            return True
+        return bool(self.in_flight) and bool(self.ray.wait(list(self.in_flight), num_returns=1, timeout=0)[0])
 
     def _take(self) -> tuple:
         """(ref, task, future) of the next rollout: the one prefetched, or the earliest-requested to finish."""
@@ -148,9 +160,12 @@ class AsyncRollouts:
     def _fetch(self, ref) -> tuple:
         return ref, self.in_flight.pop(ref), self.fetcher.submit(self._get, ref)
 
-    def _get(self, ref) -> Rollout:
-        """In the fetching thread: the rollout unpacked, and for a CUDA learner staged in pinned memory."""
-        return pin_rollout(self.ray.get(ref), self.run.device)
+    def _get(self, ref) -> tuple[Rollout, float]:
+        """In the fetching thread: the rollout unpacked, and for a CUDA learner staged in pinned memory; the
+        seconds that took (the part of the learner's wait that a ready rollout still costs)."""
+        started = time.perf_counter()
+        rollout = pin_rollout(self.ray.get(ref), self.run.device)
+        return rollout, time.perf_counter() - started
 
     def _finished(self, known=None) -> list:
         """The requested rollouts finished now, earliest-requested first (`known`: one known to be finished).
@@ -194,6 +209,19 @@ class AsyncRollouts:
 
     def summary(self) -> dict:
         return _summary(self.run.cfg, self.fleet, self.accounts)
+
+
+class DriverStatistics:
+    """The `inv_*` statistics the driver measures per update: the actors' accounting, the learner's waits."""
+
+    def __init__(self, *sources):
+        self.sources = sources
+
+    def take_statistic(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for source in self.sources:
+            out.update(source.take_statistic())
+        return out
 
 
 DRAIN_SECONDS = 5.0

@@ -40,6 +40,7 @@ class RolloutWorker:
         """`ledger`: (name, namespace) of the run's IncarnationLedger actor, looked up by name."""
         import ray
 
+        born = time.perf_counter()   # the actor's wall time, which its phases add up to, starts here
         if ledger is not None:  # first thing, so even an incarnation killed during start-up is counted
             name, namespace = ledger
             ray.get(ray.get_actor(name, namespace=namespace).started.remote(actor_id, os.getpid()))
@@ -62,7 +63,7 @@ class RolloutWorker:
         extra = {"actor": str(actor_id)} if cfg.verbosity == "debug" else None
         self.telemetry = start_telemetry("actor", cfg.verbosity, host=host, port=0, run_info=run_info,
                                          extra_labels=extra)
-        self.accounting = ActorCounters(actor_id, os.getpid())  # from here on, every second is in a phase
+        self.accounting = ActorCounters(actor_id, os.getpid(), born)  # every second since `born` is in a phase
 
     def endpoint(self) -> dict:
         return {"actor_id": self.actor_id, "address": endpoint_address(self.telemetry), "pid": os.getpid(),
@@ -84,13 +85,13 @@ class RolloutWorker:
             print(f"rlvitals: actor {self.actor_id}: {exc}", file=sys.stderr, flush=True)
             os._exit(3)
         self.accounting.produced_one()
-        rollout.timings["weight_wait"] = waited  # part of the rollout's data, like env_step and inference
+        self.accounting.phases(rollout, waited)  # in the rollout's timings, like env_step and inference
         try:
             self.telemetry.record_rollout(rollout)
         except Exception as exc:  # produced, never delivered: counted with why
             self.accounting.dropped_one(type(exc).__name__)
             raise
-        self.accounting.deliver(rollout, t0, waited)
+        self.accounting.deliver(rollout)
         return rollout
 
     def counters(self) -> dict:
