@@ -144,8 +144,8 @@ def smaller(a: str, b: str) -> str:
 DOWN = record("process:up:down",
               'label_replace(up{component=~"local|learner|actor|node"} == 0, "process", "$1", "component", "(.*)")')
 # Only processes Prometheus reaches are judged against their peers (the others are RLComponentDown's).
-# Instant readings (network age, memory) of a process it fails to scrape go stale at once; a 30 s rate still
-# sees the samples before the failure, so the speed leaves the down ones out (a few series to match, not N).
+# An instant reading (network age) of a process it fails to scrape goes stale at once; a rate or delta over a
+# window still sees the samples before the failure, so those leave the down ones out (a few series to match).
 SPEED = record("actor:rlvitals_actor_env_steps:rate30s",
                f"rate({ENV_STEPS}[{WINDOW}]) unless on (run_id, instance) {DOWN}")
 SPEED_MEDIAN, SPEED_SPREAD = fleet_stats(SPEED, "rlvitals_actor_env_steps:rate30s")
@@ -153,7 +153,8 @@ STEPS_SEEN_MEDIAN = record("run:rlvitals_actor_env_steps:changes30s:median",
                            median(f"changes({ENV_STEPS}[{WINDOW}])"))
 AGE_MEDIAN, AGE_SPREAD = fleet_stats(AGE, "rlvitals_actor_network_age")
 LEARNER_RATE = record("run:rlvitals_learner_steps:rate1m", "sum by (run_id) (rate(rlvitals_learner_steps_total[1m]))")
-GROWTH = record("actor:rlvitals_process_resident_memory_bytes:growth1m", f"{RSS} - {RSS} offset 1m")
+GROWTH = record("actor:rlvitals_process_resident_memory_bytes:growth1m",
+                f"delta({RSS}[1m]) unless on (run_id, instance) {DOWN}")
 GROWTH_MEDIAN, GROWTH_SPREAD = fleet_stats(GROWTH, "rlvitals_process_resident_memory_bytes:growth1m")
 
 # Bounds: an outlier is beyond both the robust one (SIGMAS spreads from the median) and the floor that says
