@@ -3,7 +3,7 @@
     nice -n 10 python bench/fleet.py --actors 100 1000 [--faulty 3] [--healthy-seconds 150] [--fault-seconds 150]
 
 One HTTP server process (loopback only, stopped after --max-seconds) serves every simulated process on
-its own path: N actors, one node sidecar per 20 actors, one learner. What each serves is generated from
+its own port: N actors, one node sidecar per 20 actors, one learner. What each serves is generated from
 the metric catalogue (telemetry/catalogue.py: the metrics a process of that component exports at
 `standard`, with every closed label value), so the simulation follows the catalogue when it changes;
 known metrics get realistic values (actor speeds spread +-30%, rollouts of 512 steps, network ages a
@@ -205,61 +205,74 @@ def node_name(j: int) -> str:
     return f"10.0.{j // 250}.{j % 250 + 1}"
 
 
-def targets(fleet: Fleet, port: int) -> list[dict]:
-    """file_sd target groups: each simulated process with its own instance, node and component labels."""
-    out = []
-    for path, proc in fleet.processes.items():
-        node = node_name(fleet.node_of(path))
-        port_of = {"actor": 10000, "node": 9100, "learner": 9000}[proc.component] + proc.index
-        out.append({"targets": [f"127.0.0.1:{port}"], "labels": {
-            "__metrics_path__": path, "instance": f"{node}:{port_of}", "node": node, "component": proc.component,
-            "run_id": RUN_ID, "run_name": "fleet-sim"}})
-    return out
+def targets(fleet: Fleet, ports: dict[str, int]) -> list[dict]:
+    """file_sd target groups: each simulated process on its own port, with its instance, node and component."""
+    instances = targets_by_path(fleet)
+    return [{"targets": [f"127.0.0.1:{ports[path]}"], "labels": {
+        "instance": instances[path], "node": node_name(fleet.node_of(path)), "component": proc.component,
+        "run_id": RUN_ID, "run_name": "fleet-sim"}} for path, proc in fleet.processes.items()]
+
+
+def targets_by_path(fleet: Fleet) -> dict[str, str]:
+    """Each simulated process's `instance`: the host:port it would have on its node."""
+    first_port = {"actor": 10000, "node": 9100, "learner": 9000}
+    return {path: f"{node_name(fleet.node_of(path))}:{first_port[proc.component] + proc.index}"
+            for path, proc in fleet.processes.items()}
 
 
 # ====================================================================== the server process
-async def _serve(fleet: Fleet, port: int, max_seconds: float) -> None:
+async def _serve(fleet: Fleet, port: int, ports_file: Path, max_seconds: float) -> None:
+    """Each simulated process on a port of its own (as real ones are: Prometheus keeps one connection per
+    target alive; on one shared port it would open and close about N/5 connections a second), faults on `port`."""
     start = time.monotonic()
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                path = head.split(b" ", 2)[1].decode()
-                status, body = "200 OK", b""
-                t = time.monotonic() - start
-                if path.startswith("/fault?"):
-                    query = urllib.parse.parse_qs(path.partition("?")[2])
-                    for p in query.get("path", []):
-                        proc = fleet.processes[p]
-                        if query["kind"][0] == "lost":
-                            proc.lost = True
-                        else:
-                            proc.faults[query["kind"][0]] = t
-                elif path in fleet.processes and not fleet.processes[path].lost:
-                    body = fleet.processes[path].body(t)
-                else:
-                    status = "503 Service Unavailable"
-                writer.write(f"HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\n"
-                             f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, IndexError):
-            pass
-        finally:
-            writer.close()
+    def handler(answer):
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                while True:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                    status, body = answer(head.split(b" ", 2)[1].decode(), time.monotonic() - start)
+                    writer.write(f"HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                                 f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+                    await writer.drain()
+            except (asyncio.IncompleteReadError, ConnectionError, IndexError):
+                pass
+            finally:
+                writer.close()
+        return handle
 
-    server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=4096)
-    async with server:
-        await asyncio.sleep(max_seconds)   # bounded in time whatever happens to the driver
+    def control(path: str, t: float) -> tuple[str, bytes]:
+        query = urllib.parse.parse_qs(path.partition("?")[2])
+        for p in query.get("path", []):
+            proc = fleet.processes[p]
+            if query["kind"][0] == "lost":
+                proc.lost = True
+            else:
+                proc.faults[query["kind"][0]] = t
+        return "200 OK", b""
+
+    def exporter(proc: Process):
+        return lambda path, t: ("503 Service Unavailable", b"") if proc.lost else ("200 OK", proc.body(t))
+
+    servers = [await asyncio.start_server(handler(control), "127.0.0.1", port)]
+    ports = {}
+    for path, proc in fleet.processes.items():
+        servers.append(await asyncio.start_server(handler(exporter(proc)), "127.0.0.1", 0))
+        ports[path] = servers[-1].sockets[0].getsockname()[1]
+    partial = ports_file.with_suffix(".partial")
+    partial.write_text(json.dumps(ports))
+    partial.replace(ports_file)
+    await asyncio.sleep(max_seconds)   # bounded in time whatever happens to the driver
 
 
 def serve_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="fleet.py serve")
     parser.add_argument("--actors", type=int, required=True)
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--ports-file", type=Path, required=True)
     parser.add_argument("--max-seconds", type=float, default=1200)
     args = parser.parse_args(argv)
-    asyncio.run(_serve(Fleet(args.actors), args.port, args.max_seconds))
+    asyncio.run(_serve(Fleet(args.actors), args.port, args.ports_file, args.max_seconds))
     return 0
 
 
@@ -408,6 +421,21 @@ def wait_for_targets(prom: str, expected: int, timeout: float) -> float:
     raise SystemExit(f"only {up} of {expected} targets up after {timeout} s")
 
 
+def start_fleet(actors: int, port: int, root: Path, max_seconds: float) -> tuple[subprocess.Popen, dict[str, int]]:
+    """The server process of a fleet of `actors` (faults on `port`) and the port of each simulated process."""
+    ports_file = root / "ports.json"
+    server = subprocess.Popen([sys.executable, __file__, "serve", "--actors", str(actors), "--port", str(port),
+                               "--ports-file", str(ports_file), "--max-seconds", str(max_seconds)],
+                              stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not ports_file.exists():
+        if time.monotonic() > deadline or server.poll() is not None:
+            server.kill()
+            raise SystemExit("the simulated fleet did not start listening")
+        time.sleep(0.2)
+    return server, json.loads(ports_file.read_text())
+
+
 def simulate(actors: int, faulty: int, healthy_seconds: float, fault_seconds: float, max_seconds: float) -> dict:
     fleet = Fleet(actors)
     lost_node = fleet.nodes - 1
@@ -415,12 +443,11 @@ def simulate(actors: int, faulty: int, healthy_seconds: float, fault_seconds: fl
         root = Path(tmp)
         port = free_port()
         server_url = f"http://127.0.0.1:{port}"
-        server = subprocess.Popen([sys.executable, __file__, "serve", "--actors", str(actors), "--port", str(port),
-                                   "--max-seconds", str(max_seconds)], stdin=subprocess.DEVNULL)
+        server, ports = start_fleet(actors, port, root, max_seconds)
         prom = None
         try:
             target_file = root / "targets.json"
-            target_file.write_text(json.dumps(targets(fleet, port)))
+            target_file.write_text(json.dumps(targets(fleet, ports)))
             prom = Prometheus(root, target_file)
             started = time.monotonic()
             ready = wait_for_targets(prom.url, len(fleet.processes), 180)
@@ -441,7 +468,7 @@ def simulate(actors: int, faulty: int, healthy_seconds: float, fault_seconds: fl
             rss, cpu = prom.usage()
             cpu_share = (cpu - cpu0) / (time.monotonic() - t_cpu0)
             server_share = (sum(server_proc.cpu_times()[:2]) - server_cpu0) / (time.monotonic() - t_cpu0)
-            instance = targets(fleet, port)[0]["labels"]["instance"]
+            instance = targets(fleet, ports)[0]["labels"]["instance"]
             queries = run_queries(prom.url, int(min(300, healthy_seconds)), instance)
             scrape = {k: scalar(prom.url, f'{agg}scrape_duration_seconds{{job="rlvitals"}})')
                       for k, agg in (("median", "quantile(0.5, "), ("p99", "quantile(0.99, "), ("max", "max("))}
@@ -467,7 +494,8 @@ def simulate(actors: int, faulty: int, healthy_seconds: float, fault_seconds: fl
                                       "processes": a["annotations"].get("processes", "")}
                 rule_times(prom.url, fault_evals)
                 time.sleep(SCRAPE / 2)
-            instances = {kind: sorted(targets_by_path(fleet, port)[p] for p in paths) for kind, paths in chosen.items()}
+            by_path = targets_by_path(fleet)
+            instances = {kind: sorted(by_path[p] for p in paths) for kind, paths in chosen.items()}
             verdicts = judge(fired, instances)
             rss_end, _ = prom.usage()
         finally:
@@ -519,9 +547,6 @@ def judge(fired: dict[str, dict], instances: dict[str, list[str]]) -> dict[str, 
                      "healthy_actors_named": sorted(set(named) - faulty)}
     return out
 
-
-def targets_by_path(fleet: Fleet, port: int) -> dict[str, str]:
-    return {t["labels"]["__metrics_path__"]: t["labels"]["instance"] for t in targets(fleet, port)}
 
 
 def main(argv: list[str] | None = None) -> int:
