@@ -3,7 +3,7 @@
     nice -n 10 python bench/fleet.py --actors 100 1000 [--faulty 3] [--healthy-seconds 150] [--fault-seconds 150]
 
 One HTTP server process (loopback only, stopped after --max-seconds) serves every simulated process on
-its own path: N actors, one node sidecar per 20 actors, one learner. What each serves is generated from
+its own port: N actors, one node sidecar per 20 actors, one learner. What each serves is generated from
 the metric catalogue (telemetry/catalogue.py: the metrics a process of that component exports at
 `standard`, with every closed label value), so the simulation follows the catalogue when it changes;
 known metrics get realistic values (actor speeds spread +-30%, rollouts of 512 steps, network ages a
@@ -15,13 +15,15 @@ to a fifth, K stop loading weights, K leak 64 MiB a minute and one node (20 acto
 N: series, scrape durations, rule-group evaluation times, Prometheus resident memory and CPU, each
 dashboard query's latency and series count, the alerts of the healthy phase (should be none) and, per
 alert after the faults, when it fired, its value and the processes it named.
-Results: bench/results/fleet.json (with machine info).
+Results: bench/results/fleet_<actors>.json (with machine info; fleet.json: the first run, before the fleet
+rules were restructured).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import math
 import random
@@ -99,19 +101,31 @@ class Process:
         self.rss = (300 if component == "actor" else 100) * MiB + rng.uniform(-20, 20) * MiB
         self.faults: dict[str, float] = {}                           # fault -> time it started
         self.lost = False
-        self.lines = []
+        lines = []
         for m in served_metrics(component):
             if m.kind == "histogram":
                 continue    # the learner's staleness histogram: below
             for labels in label_sets(m) if m.kind != "info" else [{}]:
                 text = (f"{m.name}{_labels(self._info())}" if m.kind == "info"
                         else f"{m.name}{_labels(labels)}")
-                self.lines.append((text, self._value_fn(m, labels)))
+                lines.append((text, self._value_fn(m, labels)))
         if component == "learner":
-            self.lines += [(f'rlvitals_learner_sample_staleness_steps_bucket{{le="{le}"}}', self._count)
-                           for le in ("0.0", "1.0", "+Inf")]
-            self.lines += [("rlvitals_learner_sample_staleness_steps_sum", self._count),
-                           ("rlvitals_learner_sample_staleness_steps_count", self._count)]
+            lines += [(f'rlvitals_learner_sample_staleness_steps_bucket{{le="{le}"}}', self._count)
+                      for le in ("0.0", "1.0", "+Inf")]
+            lines += [("rlvitals_learner_sample_staleness_steps_sum", self._count),
+                      ("rlvitals_learner_sample_staleness_steps_count", self._count)]
+        # The exposition text is rendered once with its constant values in place; a scrape only formats the
+        # values that move (5,000 simulated actors are 1,000 scrapes a second on one Python process).
+        self.dynamic = [fn for _, fn in lines if callable(fn)]
+        template, i = [], 0
+        for text, fn in lines:
+            text = text.replace("{", "{{").replace("}", "}}")
+            if callable(fn):
+                template.append(f"{text} {{{i}}}\n")
+                i += 1
+            else:
+                template.append(f"{text} {fn}\n")
+        self.template = "".join(template)
 
     def _info(self) -> dict[str, str]:
         return {"run_id": RUN_ID, "run_name": "fleet-sim", "env": "CartPole-v1", "algorithm": "ppo", "mode": "ray",
@@ -121,6 +135,7 @@ class Process:
         return float(int(t))
 
     def _value_fn(self, m: Metric, labels: dict):
+        """A function of time for a value that moves, the value itself for one that does not."""
         key = (m.name, next(iter(labels.values()))) if labels else m.name
         name = m.name
         if name == "rlvitals_actor_env_steps_total":
@@ -139,19 +154,18 @@ class Process:
             share = {"env_step": 0.7, "inference": 0.25, "weight_wait": 0.05}[labels["phase"]]
             return lambda t: round(share * t, 2)
         if name.startswith("rlvitals_actor_episode_"):
-            return lambda t: {"min": 20.0, "max": 500.0, "mean": 200.0, "std": 80.0}[labels["stat"]]
+            return {"min": 20.0, "max": 500.0, "mean": 200.0, "std": 80.0}[labels["stat"]]
         if name == "rlvitals_node_memory_total_bytes":
-            return lambda t: 64.0 * 2 ** 30
+            return 64.0 * 2 ** 30
         if name == "rlvitals_node_memory_used_bytes":
-            return lambda t: 8.0 * 2 ** 30 + self.index * MiB
+            return 8.0 * 2 ** 30 + self.index * MiB
         if name == "rlvitals_node_cpu_utilization_ratio":
-            return lambda t: 0.6
+            return 0.6
         if m.kind == "info":
-            return lambda t: 1.0
+            return 1.0
         if m.kind == "counter":
-            return (lambda t: 0.0) if name in COUNTERS_AT_ZERO else (lambda t: float(int(t)))
-        value = LEARNER_GAUGES.get(key, LEARNER_GAUGES.get(name, 0.0))
-        return lambda t: value
+            return 0.0 if name in COUNTERS_AT_ZERO else self._count
+        return LEARNER_GAUGES.get(key, LEARNER_GAUGES.get(name, 0.0))
 
     def env_steps(self, t: float) -> float:
         start = self.faults.get("stall", self.faults.get("slow", math.inf))
@@ -171,7 +185,7 @@ class Process:
         return float(int(self.rss + leak + noise))
 
     def body(self, t: float) -> bytes:
-        return "".join(f"{text} {fn(t)}\n" for text, fn in self.lines).encode()
+        return self.template.format(*[fn(t) for fn in self.dynamic]).encode()
 
 
 class Fleet:
@@ -192,61 +206,88 @@ def node_name(j: int) -> str:
     return f"10.0.{j // 250}.{j % 250 + 1}"
 
 
-def targets(fleet: Fleet, port: int) -> list[dict]:
-    """file_sd target groups: each simulated process with its own instance, node and component labels."""
-    out = []
-    for path, proc in fleet.processes.items():
-        node = node_name(fleet.node_of(path))
-        port_of = {"actor": 10000, "node": 9100, "learner": 9000}[proc.component] + proc.index
-        out.append({"targets": [f"127.0.0.1:{port}"], "labels": {
-            "__metrics_path__": path, "instance": f"{node}:{port_of}", "node": node, "component": proc.component,
-            "run_id": RUN_ID, "run_name": "fleet-sim"}})
-    return out
+def targets(fleet: Fleet, ports: dict[str, int]) -> list[dict]:
+    """file_sd target groups: each simulated process on its own port, with its instance, node and component."""
+    instances = targets_by_path(fleet)
+    return [{"targets": [f"127.0.0.1:{ports[path]}"], "labels": {
+        "instance": instances[path], "node": node_name(fleet.node_of(path)), "component": proc.component,
+        "run_id": RUN_ID, "run_name": "fleet-sim"}} for path, proc in fleet.processes.items()]
+
+
+def targets_by_path(fleet: Fleet) -> dict[str, str]:
+    """Each simulated process's `instance`: the host:port it would have on its node."""
+    first_port = {"actor": 10000, "node": 9100, "learner": 9000}
+    return {path: f"{node_name(fleet.node_of(path))}:{first_port[proc.component] + proc.index}"
+            for path, proc in fleet.processes.items()}
 
 
 # ====================================================================== the server process
-async def _serve(fleet: Fleet, port: int, max_seconds: float) -> None:
+class _Exporter(asyncio.Protocol):
+    """One HTTP/1.1 connection: each request answered by `answer(path)`, `Connection: close` honoured. A protocol,
+    not a task per connection: at 5,000 targets the stream-based server fell behind on a loaded machine,
+    connections Prometheus had given up on piled up unclosed and the process ran out of file descriptors."""
+
+    def __init__(self, answer):
+        self.answer, self.buffer, self.transport = answer, b"", None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while b"\r\n\r\n" in self.buffer:
+            head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
+            try:
+                status, body = self.answer(head.split(b" ", 2)[1].decode())
+            except IndexError:
+                status, body = "400 Bad Request", b""
+            close = b"connection: close" in head.lower()
+            extra = "Connection: close\r\n" if close else ""
+            self.transport.write(f"HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                                 f"Content-Length: {len(body)}\r\n{extra}\r\n".encode() + body)
+            if close:
+                self.transport.close()
+                return
+
+
+async def _serve(fleet: Fleet, port: int, ports_file: Path, max_seconds: float) -> None:
+    """Each simulated process on a port of its own (as real ones are), faults on `port`."""
     start = time.monotonic()
+    loop = asyncio.get_running_loop()
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                path = head.split(b" ", 2)[1].decode()
-                status, body = "200 OK", b""
-                t = time.monotonic() - start
-                if path.startswith("/fault?"):
-                    query = urllib.parse.parse_qs(path.partition("?")[2])
-                    for p in query.get("path", []):
-                        proc = fleet.processes[p]
-                        if query["kind"][0] == "lost":
-                            proc.lost = True
-                        else:
-                            proc.faults[query["kind"][0]] = t
-                elif path in fleet.processes and not fleet.processes[path].lost:
-                    body = fleet.processes[path].body(t)
-                else:
-                    status = "503 Service Unavailable"
-                writer.write(f"HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\n"
-                             f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, IndexError):
-            pass
-        finally:
-            writer.close()
+    def control(path: str) -> tuple[str, bytes]:
+        query = urllib.parse.parse_qs(path.partition("?")[2])
+        for p in query.get("path", []):
+            proc = fleet.processes[p]
+            if query["kind"][0] == "lost":
+                proc.lost = True
+            else:
+                proc.faults[query["kind"][0]] = time.monotonic() - start
+        return "200 OK", b""
 
-    server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=4096)
-    async with server:
-        await asyncio.sleep(max_seconds)   # bounded in time whatever happens to the driver
+    def exporter(proc: Process):
+        return lambda path: (("503 Service Unavailable", b"") if proc.lost
+                             else ("200 OK", proc.body(time.monotonic() - start)))
+
+    servers = [await loop.create_server(lambda: _Exporter(control), "127.0.0.1", port)]
+    ports = {}
+    for path, proc in fleet.processes.items():
+        servers.append(await loop.create_server(functools.partial(_Exporter, exporter(proc)), "127.0.0.1", 0))
+        ports[path] = servers[-1].sockets[0].getsockname()[1]
+    partial = ports_file.with_suffix(".partial")
+    partial.write_text(json.dumps(ports))
+    partial.replace(ports_file)
+    await asyncio.sleep(max_seconds)   # bounded in time whatever happens to the driver
 
 
 def serve_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="fleet.py serve")
     parser.add_argument("--actors", type=int, required=True)
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--ports-file", type=Path, required=True)
     parser.add_argument("--max-seconds", type=float, default=1200)
     args = parser.parse_args(argv)
-    asyncio.run(_serve(Fleet(args.actors), args.port, args.max_seconds))
+    asyncio.run(_serve(Fleet(args.actors), args.port, args.ports_file, args.max_seconds))
     return 0
 
 
@@ -318,15 +359,15 @@ class Prometheus:
         self.log.close()
 
 
-def dashboard_queries(instance: str, window: int) -> list[dict]:
-    """Every panel target of every dashboard as Grafana would send it for this run."""
+def dashboard_queries(instance: str, window: int, run: str = RUN_ID) -> list[dict]:
+    """Every panel target of every dashboard as Grafana would send it for run `run`."""
     out = []
     for path in dashboard_files():
         d = json.loads(path.read_text())
         for p in d["panels"]:
             for t in p.get("targets", []):
                 expr = t["expr"]
-                for var, value in (("$__rate_interval", "20s"), ("$__range", f"{window}s"), ("$run", RUN_ID),
+                for var, value in (("$__rate_interval", "20s"), ("$__range", f"{window}s"), ("$run", run),
                                    ("$node", ".*"), ("$instance", instance)):
                     expr = expr.replace(var, value)
                 out.append({"dashboard": path.stem, "panel": p["title"], "legend": t.get("legendFormat", ""),
@@ -334,10 +375,10 @@ def dashboard_queries(instance: str, window: int) -> list[dict]:
     return out
 
 
-def run_queries(prom: str, window: int, instance: str) -> list[dict]:
+def run_queries(prom: str, window: int, instance: str, run: str = RUN_ID) -> list[dict]:
     results = []
     end = time.time()
-    for q in dashboard_queries(instance, window):
+    for q in dashboard_queries(instance, window, run):
         t0 = time.perf_counter()
         if q["instant"]:
             data = api(prom, "query", query=q["expr"], time=end)
@@ -348,8 +389,24 @@ def run_queries(prom: str, window: int, instance: str) -> list[dict]:
     return results
 
 
-def rule_groups(prom: str) -> dict[str, float]:
-    return {g["name"]: g["evaluationTime"] for g in api(prom, "rules")["groups"]}
+def rule_times(prom: str, evals: dict[str, list[float]]) -> None:
+    """Append each group's and each rule's last evaluation time (rules keyed `group/rule`) to `evals`."""
+    for g in api(prom, "rules")["groups"]:
+        evals.setdefault(g["name"], []).append(g["evaluationTime"])
+        for r in g["rules"]:
+            evals.setdefault(f"{g['name']}/{r['name']}", []).append(r["evaluationTime"])
+
+
+def eval_figures(evals: dict[str, list[float]], phase: str) -> dict:
+    """Per rule group: median, max and count of its evaluation times, and its 5 slowest rules by median."""
+    med = {k: sorted(v)[len(v) // 2] for k, v in evals.items()}
+
+    def slowest(group: str) -> dict[str, float]:
+        rules = sorted((k for k in evals if k.startswith(group + "/")), key=lambda k: -med[k])[:5]
+        return {k.split("/", 1)[1]: round(med[k], 4) for k in rules}
+
+    return {g: {"median": med[g], "max": max(v), "n": len(v), "phase": phase, "slowest_rules": slowest(g)}
+            for g, v in evals.items() if "/" not in g}
 
 
 def alerts(prom: str) -> list[dict]:
@@ -379,6 +436,21 @@ def wait_for_targets(prom: str, expected: int, timeout: float) -> float:
     raise SystemExit(f"only {up} of {expected} targets up after {timeout} s")
 
 
+def start_fleet(actors: int, port: int, root: Path, max_seconds: float) -> tuple[subprocess.Popen, dict[str, int]]:
+    """The server process of a fleet of `actors` (faults on `port`) and the port of each simulated process."""
+    ports_file = root / "ports.json"
+    server = subprocess.Popen([sys.executable, __file__, "serve", "--actors", str(actors), "--port", str(port),
+                               "--ports-file", str(ports_file), "--max-seconds", str(max_seconds)],
+                              stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not ports_file.exists():
+        if time.monotonic() > deadline or server.poll() is not None:
+            server.kill()
+            raise SystemExit("the simulated fleet did not start listening")
+        time.sleep(0.2)
+    return server, json.loads(ports_file.read_text())
+
+
 def simulate(actors: int, faulty: int, healthy_seconds: float, fault_seconds: float, max_seconds: float) -> dict:
     fleet = Fleet(actors)
     lost_node = fleet.nodes - 1
@@ -386,12 +458,11 @@ def simulate(actors: int, faulty: int, healthy_seconds: float, fault_seconds: fl
         root = Path(tmp)
         port = free_port()
         server_url = f"http://127.0.0.1:{port}"
-        server = subprocess.Popen([sys.executable, __file__, "serve", "--actors", str(actors), "--port", str(port),
-                                   "--max-seconds", str(max_seconds)], stdin=subprocess.DEVNULL)
+        server, ports = start_fleet(actors, port, root, max_seconds)
         prom = None
         try:
             target_file = root / "targets.json"
-            target_file.write_text(json.dumps(targets(fleet, port)))
+            target_file.write_text(json.dumps(targets(fleet, ports)))
             prom = Prometheus(root, target_file)
             started = time.monotonic()
             ready = wait_for_targets(prom.url, len(fleet.processes), 180)
@@ -402,17 +473,17 @@ def simulate(actors: int, faulty: int, healthy_seconds: float, fault_seconds: fl
             rss0, cpu0 = prom.usage()
             t_cpu0 = time.monotonic()
             evals: dict[str, list[float]] = {}
+            fault_evals: dict[str, list[float]] = {}
             healthy_alerts: dict[str, dict] = {}
             while time.monotonic() - started < healthy_seconds:
-                for name, seconds in rule_groups(prom.url).items():
-                    evals.setdefault(name, []).append(seconds)
+                rule_times(prom.url, evals)
                 for a in alerts(prom.url):
                     healthy_alerts.setdefault(a["labels"]["alertname"], a)
                 time.sleep(SCRAPE)
             rss, cpu = prom.usage()
             cpu_share = (cpu - cpu0) / (time.monotonic() - t_cpu0)
             server_share = (sum(server_proc.cpu_times()[:2]) - server_cpu0) / (time.monotonic() - t_cpu0)
-            instance = targets(fleet, port)[0]["labels"]["instance"]
+            instance = targets(fleet, ports)[0]["labels"]["instance"]
             queries = run_queries(prom.url, int(min(300, healthy_seconds)), instance)
             scrape = {k: scalar(prom.url, f'{agg}scrape_duration_seconds{{job="rlvitals"}})')
                       for k, agg in (("median", "quantile(0.5, "), ("p99", "quantile(0.99, "), ("max", "max("))}
@@ -436,10 +507,10 @@ def simulate(actors: int, faulty: int, healthy_seconds: float, fault_seconds: fl
                         fired[key] = {"after_seconds": round(time.monotonic() - t_fault, 1),
                                       "value": a["value"], "labels": a["labels"],
                                       "processes": a["annotations"].get("processes", "")}
-                for name, seconds in rule_groups(prom.url).items():
-                    evals.setdefault(name, []).append(seconds)
+                rule_times(prom.url, fault_evals)
                 time.sleep(SCRAPE / 2)
-            instances = {kind: sorted(targets_by_path(fleet, port)[p] for p in paths) for kind, paths in chosen.items()}
+            by_path = targets_by_path(fleet)
+            instances = {kind: sorted(by_path[p] for p in paths) for kind, paths in chosen.items()}
             verdicts = judge(fired, instances)
             rss_end, _ = prom.usage()
         finally:
@@ -456,8 +527,8 @@ def simulate(actors: int, faulty: int, healthy_seconds: float, fault_seconds: fl
         "targets_up_after_seconds": round(ready, 1),
         "series_in_head": head["numSeries"], "samples_per_scrape_round": samples,
         "scrape_duration_seconds": scrape,
-        "rule_group_evaluation_seconds": {g: {"median": sorted(v)[len(v) // 2], "max": max(v), "n": len(v)}
-                                          for g, v in evals.items()},
+        "rule_group_evaluation_seconds": eval_figures(evals, "healthy"),
+        "rule_group_evaluation_seconds_with_faults": eval_figures(fault_evals, "faults firing"),
         "prometheus": {"resident_bytes_after_healthy": rss, "resident_bytes_at_end": rss_end,
                        "cpu_cores_busy_healthy": round(cpu_share, 3)},
         "simulator_cpu_cores_busy": round(server_share, 3),
@@ -492,9 +563,6 @@ def judge(fired: dict[str, dict], instances: dict[str, list[str]]) -> dict[str, 
     return out
 
 
-def targets_by_path(fleet: Fleet, port: int) -> dict[str, str]:
-    return {t["labels"]["__metrics_path__"]: t["labels"]["instance"] for t in targets(fleet, port)}
-
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
@@ -505,7 +573,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--faulty", type=int, default=3, help="actors per fault kind (default 3)")
     parser.add_argument("--healthy-seconds", type=float, default=150)
     parser.add_argument("--fault-seconds", type=float, default=150)
-    parser.add_argument("--name", default="fleet", help="result file name (default fleet)")
+    parser.add_argument("--name", default=None,
+                        help="result file name (default fleet_<actors>, e.g. fleet_1000: one file per size run)")
     parser.add_argument("--results-dir", default=None)
     args = parser.parse_args(argv)
     for n in args.actors:
@@ -528,7 +597,8 @@ def main(argv: list[str] | None = None) -> int:
     config = {"actors": args.actors, "faulty_per_kind": args.faulty, "healthy_seconds": args.healthy_seconds,
               "fault_seconds": args.fault_seconds, "actors_per_node": ACTORS_PER_NODE, "level": LEVEL,
               "scrape_interval_seconds": SCRAPE}
-    path = write_result("fleet", config, figures, name=args.name, results_dir=args.results_dir)
+    name = args.name or "fleet_" + "_".join(str(n) for n in args.actors)
+    path = write_result("fleet", config, figures, name=name, results_dir=args.results_dir)
     print(f"wrote {path}")
     return 0
 

@@ -12,15 +12,19 @@ found and named even though run-level sums barely move. So:
   deviation (the standard deviation a normal fleet would have, unmoved by the
   outliers themselves). An actor is an outlier when it is more than `SIGMAS`
   spreads from the median *and* beyond a floor that says what matters on any
-  env (half the median's speed, 20 s of the learner's progress, 32 MiB), so a
+  env (half the median's speed, 20 s of the learner's progress, 16 MiB a
+  minute), so a
   fleet with ordinary spread, however tight, raises nothing. Each rule is one
   alert per run whose value is the number of outliers; the `processes`
   annotation names the worst few with their node.
 
-Each per-actor quantity (speed, steps seen, memory growth) and the fleet's
-median and spread of it are recording rules (`RECORDING`), evaluated once per
-interval ahead of the fleet alerts in their own group: at 1,000 actors the
-alerts would otherwise recompute rates over the fleet five times each.
+All of it is recording rules (`RECORDING`) of their own group, evaluated in order
+once per interval: each actor's speed and memory growth, each run's median and
+spread of them and the bound an outlier passes, then the verdicts (the few
+actors beyond a bound). The alerts and their `processes` annotations only count
+and rank those few verdict series: at 5,000 actors, recomputing the per-actor
+comparisons in each alert and again in each firing alert's annotation cost
+seconds per interval.
 
 These are live-only rules: metrics.jsonl rows hold run-level values, not one
 per actor, so the offline evaluator (and verdicts.json) cannot name an actor;
@@ -43,7 +47,10 @@ WINDOW = "30s"
 stalled actor is named within 10 evaluation intervals."""
 LAG_LEARNER_SECONDS = 20
 """An actor is behind in weights when it acts with a network this many seconds of learner progress older."""
-MEMORY_FLOOR = 32 * MiB
+MEMORY_FLOOR = 16 * MiB
+"""Per minute: beyond the fleet's median minute growth, in each of the last two minutes, makes a leak."""
+MEMORY_GROWS = 8 * MiB
+"""Per minute: an actor that grew less did not grow (whatever its peers did, e.g. all freed memory)."""
 
 
 def median(x: str) -> str:
@@ -107,11 +114,12 @@ def outliers(name: str, selection: str, worst: str, hold: int, component: str, s
 ENV_STEPS = f"rlvitals_actor_env_steps_total{{{ACTORS}}}"
 AGE = f"rlvitals_actor_network_age{{{ACTORS}}}"
 RSS = f"rlvitals_process_resident_memory_bytes{{{ACTORS}}}"
-SCRAPED = f'on (run_id, instance) (up{{{ACTORS}}} == 1)'
-"""Only processes Prometheus reaches are judged against their peers (the others are RLComponentDown's)."""
 
-# Each per-actor quantity and its fleet statistics are recorded once per evaluation (group rlvitals-fleet),
-# so the alerts below compare recorded series instead of recomputing rates over the fleet several times.
+# The fleet group evaluates, in order and once per interval: which processes are down, each actor's
+# quantities (`actor:`), each run's median and spread of them and the bound an outlier passes (`run:`, one
+# series per run), then each verdict: the actors beyond a bound (`actor:...:<verdict>`, usually no series at
+# all). The alerts and their `processes` annotations only count and rank those few series, so a fleet of N
+# actors costs a handful of passes over N series per interval, whatever is firing.
 RECORDING: list[tuple[str, str]] = []
 
 
@@ -128,30 +136,50 @@ def fleet_stats(per_actor: str, what: str) -> tuple[str, str]:
                        f"1.4826 * quantile by (run_id) (0.5, abs({per_actor} - on (run_id) group_left () {mid}))")
 
 
-SPEED = record("actor:rlvitals_actor_env_steps:rate30s", f"rate({ENV_STEPS}[{WINDOW}])")
+def smaller(a: str, b: str) -> str:
+    """Per run, the smaller of two one-series-per-run expressions."""
+    return f"(({a}) < ({b}) or ({b}))"
+
+
+DOWN = record("process:up:down",
+              'label_replace(up{component=~"local|learner|actor|node"} == 0, "process", "$1", "component", "(.*)")')
+# Only processes Prometheus reaches are judged against their peers (the others are RLComponentDown's).
+# An instant reading (network age) of a process it fails to scrape goes stale at once; a rate or delta over a
+# window still sees the samples before the failure, so those leave the down ones out (a few series to match).
+SPEED = record("actor:rlvitals_actor_env_steps:rate30s",
+               f"rate({ENV_STEPS}[{WINDOW}]) unless on (run_id, instance) {DOWN}")
 SPEED_MEDIAN, SPEED_SPREAD = fleet_stats(SPEED, "rlvitals_actor_env_steps:rate30s")
-STEPS_SEEN = record("actor:rlvitals_actor_env_steps:changes30s", f"changes({ENV_STEPS}[{WINDOW}])")
-STEPS_SEEN_MEDIAN = record("run:rlvitals_actor_env_steps:changes30s:median", median(STEPS_SEEN))
+STEPS_SEEN_MEDIAN = record("run:rlvitals_actor_env_steps:changes30s:median",
+                           median(f"changes({ENV_STEPS}[{WINDOW}])"))
 AGE_MEDIAN, AGE_SPREAD = fleet_stats(AGE, "rlvitals_actor_network_age")
 LEARNER_RATE = record("run:rlvitals_learner_steps:rate1m", "sum by (run_id) (rate(rlvitals_learner_steps_total[1m]))")
-MINUTE_GROWTH = record("actor:rlvitals_process_resident_memory_bytes:growth1m", f"{RSS} - {RSS} offset 1m")
-GROWTH = record("actor:rlvitals_process_resident_memory_bytes:growth2m", f"{RSS} - {RSS} offset 2m")
-GROWTH_MEDIAN, GROWTH_SPREAD = fleet_stats(GROWTH, "rlvitals_process_resident_memory_bytes:growth2m")
+GROWTH = record("actor:rlvitals_process_resident_memory_bytes:growth1m",
+                f"delta({RSS}[1m]) unless on (run_id, instance) {DOWN}")
+GROWTH_MEDIAN, GROWTH_SPREAD = fleet_stats(GROWTH, "rlvitals_process_resident_memory_bytes:growth1m")
 
+# Bounds: an outlier is beyond both the robust one (SIGMAS spreads from the median) and the floor that says
+# what matters on any env, i.e. beyond the farther of the two.
+SLOW_BELOW = record("run:rlvitals_actor_env_steps:rate30s:slow_below",
+                    smaller(f"{SPEED_MEDIAN} * 0.5", f"{SPEED_MEDIAN} - {SIGMAS} * {SPEED_SPREAD}"))
+LAG_BELOW = record("run:rlvitals_actor_network_age:lagging_below",
+                   smaller(f"{AGE_MEDIAN} - {SIGMAS} * {AGE_SPREAD}",
+                           f"{AGE_MEDIAN} - {LAG_LEARNER_SECONDS} * {LEARNER_RATE}")
+                   + f" and on (run_id) ({LEARNER_RATE} > 0)")
+GROWS_ABOVE = record("run:rlvitals_process_resident_memory_bytes:growth1m:leaking_above",
+                     f"clamp_min({GROWTH_MEDIAN} + clamp_min({SIGMAS} * {GROWTH_SPREAD}, {MEMORY_FLOOR}), "
+                     f"{MEMORY_GROWS})")
+
+# Verdicts, one series per outlier actor (value: the quantity it is judged on, so the worst rank first).
 # An actor whose step count did not move for 30 s while the typical actor's moved at 3 scrapes or more:
 # its peers finish rollouts every few seconds, so this one is stuck (a hung env, a lost request).
-STALLED = f"(({STEPS_SEEN} == 0) and on (run_id) ({STEPS_SEEN_MEDIAN} >= 3) and {SCRAPED})"
-SLOW = (f"({below(SPEED, f'{SPEED_MEDIAN} * 0.5')} and {below(SPEED, f'{SPEED_MEDIAN} - {SIGMAS} * {SPEED_SPREAD}')} "
-        f"and {SCRAPED})")
-LAGGING = (f"({below(AGE, f'{AGE_MEDIAN} - {SIGMAS} * {AGE_SPREAD}')} "
-           f"and {below(AGE, f'{AGE_MEDIAN} - {LAG_LEARNER_SECONDS} * {LEARNER_RATE}')} "
-           f"and on (run_id) ({LEARNER_RATE} > 0) and {SCRAPED})")
-LEAKING = (f"({above(GROWTH, f'{GROWTH_MEDIAN} + {SIGMAS} * {GROWTH_SPREAD}')} "
-           f"and {above(GROWTH, f'{GROWTH_MEDIAN} + {MEMORY_FLOOR}')} "
-           f"and {MINUTE_GROWTH} > {8 * MiB} and {MINUTE_GROWTH} offset 1m > {8 * MiB} "
-           f"and {SCRAPED})")
-
-DOWN = 'label_replace(up{component=~"local|learner|actor|node"} == 0, "process", "$1", "component", "(.*)")'
+STALLED = record("actor:rlvitals_actor_env_steps:rate30s:stalled",
+                 f"{SPEED} == 0 and on (run_id) ({STEPS_SEEN_MEDIAN} >= 3)")
+SLOW = record("actor:rlvitals_actor_env_steps:rate30s:slow", below(SPEED, SLOW_BELOW))
+LAGGING = record("actor:rlvitals_actor_network_age:lagging", below(AGE, LAG_BELOW))
+# A leak grows in both of the last two minutes (a single large allocation grows one minute only).
+GROWING = record("actor:rlvitals_process_resident_memory_bytes:growth1m:above_peers", above(GROWTH, GROWS_ABOVE))
+LEAKING = record("actor:rlvitals_process_resident_memory_bytes:growth1m:leaking",
+                 f"{GROWING} and {GROWING} offset 1m")
 
 FLEET: tuple[FleetSpec, ...] = (
     FleetSpec("RLComponentDown", f"count by (run_id, process) ({DOWN})", ("up",), 120, "critical", "throughput",
@@ -184,9 +212,10 @@ FLEET: tuple[FleetSpec, ...] = (
              ("rlvitals_actor_network_age", "rlvitals_learner_steps_total")),
     outliers("RLActorMemoryGrowing", LEAKING, "topk", 30, "memory",
              "{{ $value }} actor(s) grow in memory unlike their peers in run {{ $labels.run_id }}",
-             f"These actors' resident memory grew by more than 32 MiB beyond the fleet's median growth in 2 minutes "
-             f"(and beyond {SIGMAS} robust standard deviations of it), in both minutes: a leak that only some "
-             "actors hit (an env that keeps state per episode, a cache keyed by something that grows).",
+             f"These actors' resident memory grew, in each of the last two minutes, by more than "
+             f"{MEMORY_FLOOR // MiB} MiB beyond the fleet's median growth of that minute (and beyond {SIGMAS} "
+             "robust standard deviations of it): a leak that only some actors hit (an env that keeps state per "
+             "episode, a cache keyed by something that grows).",
              ("rlvitals_process_resident_memory_bytes",)),
 )
 

@@ -1,8 +1,8 @@
 """Every dashboard query against a real Prometheus scraping a simulated fleet of 100 actors.
 
 bench/fleet.py serves 100 actors, 5 node sidecars and a learner (what each serves is generated from
-the metric catalogue) from one loopback server process; the session's Prometheus scrapes them every
-second. Each panel query, as Grafana sends it for the run, must return at most ~20 series per panel,
+the metric catalogue) from one loopback server process, each on its own port; the session's Prometheus
+scrapes them every second. Each panel query, as Grafana sends it for the run, must return at most ~20 series per panel,
 and every query of the fleet's actors and node sidecars (which a local run has none of, so the live
 test in test_dashboards.py cannot check them) must have data.
 """
@@ -10,7 +10,6 @@ test in test_dashboards.py cannot check them) must have data.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,15 +35,11 @@ def fleet_prometheus(tmp_path_factory):
     discovery = root / "discovery"
     discovery.mkdir()
     port = free_port()
-    server = subprocess.Popen([sys.executable, str(BENCH / "fleet.py"), "serve", "--actors", str(ACTORS),
-                               "--port", str(port), "--max-seconds", "600"], stdin=subprocess.DEVNULL)
+    server, ports = sim.start_fleet(ACTORS, port, root, 600)
     try:
-        deadline = time.monotonic() + 30
-        while http_get(f"http://127.0.0.1:{port}/learner", timeout=1)[0] != 200:
-            assert time.monotonic() < deadline and server.poll() is None, "the fleet server did not start"
-            time.sleep(0.2)
+        assert http_get(f"http://127.0.0.1:{ports['/learner']}/metrics", timeout=5)[0] == 200
         fleet = sim.Fleet(ACTORS)
-        groups = sim.targets(fleet, port)
+        groups = sim.targets(fleet, ports)
         (discovery / "fleet.json").write_text(json.dumps(groups))
         with prometheus_watching(discovery) as prom:
             deadline = time.monotonic() + READY_TIMEOUT
@@ -93,7 +88,7 @@ def test_the_slowest_actors_are_the_ones_named(fleet_prometheus):
     result = prom.query(named["expr"])
     speeds = {f"/actor/{i}": p.speed for i, p in enumerate(sim.Fleet(ACTORS).processes.values())
               if p.component == "actor"}
-    instance_of = sim.targets_by_path(sim.Fleet(ACTORS), 0)
+    instance_of = sim.targets_by_path(sim.Fleet(ACTORS))
     # Counters move a rollout (512 steps) at a time, so a 30 s rate is within ~5% of the true speed:
     # the named three are among the slowest ten (speeds spread +-30% around 1000 steps/s).
     slowest = {instance_of[p] for p in sorted(speeds, key=speeds.get)[:10]}

@@ -12,6 +12,7 @@ and must find exactly the alerts each case expects: the one actor named by insta
 from __future__ import annotations
 
 import random
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ class Fleet:
     slowed: set = field(default_factory=set)
     lagging: set = field(default_factory=set)
     leaking: set = field(default_factory=set)
+    stepped: set = field(default_factory=set)     # one large allocation at FAULT_AT, then flat: no leak
     down: set = field(default_factory=set)
 
     def series(self) -> list[dict]:
@@ -79,6 +81,7 @@ class Fleet:
                 age_t = min(t, FAULT_AT) if i in self.lagging else t
                 ages.append("stale" if gone else str(max(0, int(LEARNER_RATE * (age_t - lag)))))
                 leak = 64 * MiB * (t - FAULT_AT) / 60 if faulty and i in self.leaking else 0
+                leak += 48 * MiB if faulty and i in self.stepped else 0
                 rss.append("stale" if gone else str(int(base_rss + leak + rng.uniform(-2, 2) * MiB)))
                 up.append("0" if gone else "1")
             out += [{"series": f"rlvitals_actor_env_steps_total{{{labels}}}", "values": " ".join(steps)},
@@ -152,6 +155,30 @@ def test_a_leaking_actor_is_named_and_a_fleet_wide_leak_is_no_outlier(tmp_path):
     promtool(Fleet(leaking={3}), {FAULT_AT: {}, FAULT_AT + 120: {"RLActorMemoryGrowing": found},
                                   END: {"RLActorMemoryGrowing": found}}, tmp_path)
     promtool(Fleet(leaking=set(range(ACTORS))), QUIET, tmp_path)
+
+
+def test_one_large_allocation_is_no_leak(tmp_path):
+    """48 MiB at once grows one minute only; a leak grows in both of the last two minutes."""
+    promtool(Fleet(stepped={3}), {t: {} for t in range(FAULT_AT, END + 1, 30)}, tmp_path)
+
+
+def test_alerts_only_count_and_rank_recorded_verdicts():
+    """The per-actor work is done once per interval by the recording rules; each alert and its `processes`
+    annotation read one recorded verdict series (a few series), not the fleet's raw series again."""
+    (group,) = [g for g in yaml.safe_load(rulegen.RULES_FILE.read_text())["groups"] if g["name"] == "rlvitals-fleet"]
+    recorded = [r["record"] for r in group["rules"] if "record" in r]
+    alerts = [r for r in group["rules"] if "alert" in r]
+    assert [a["alert"] for a in alerts] == FLEET_RULES
+    for a in alerts:
+        (verdict,) = re.fullmatch(r"count by \([a-z_, ]+\) \(([a-z_:0-9]+)\)", a["expr"]).groups()
+        assert verdict in recorded, a["alert"]
+        (query,) = re.findall(r"query `([^`]*)`", a["annotations"]["processes"])
+        assert set(re.findall(r"[a-z_]+:[a-z_:0-9]+", query)) == {verdict}, query
+    raw = {"rlvitals_actor_env_steps_total": 2, "rlvitals_actor_network_age": 3,
+           "rlvitals_process_resident_memory_bytes": 1, "up": 1}
+    for metric, most in raw.items():
+        readers = [r["record"] for r in group["rules"] if re.search(rf"(?<![a-z_:]){metric}\b", r["expr"])]
+        assert len(readers) <= most, (metric, readers)
 
 
 def test_several_faulty_actors_are_one_alert_naming_each(tmp_path):
