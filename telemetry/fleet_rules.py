@@ -88,7 +88,7 @@ def nodes(selection: str, by: tuple[str, ...]) -> str:
 
 @dataclass(frozen=True)
 class FleetSpec:
-    """A fleet rule as data; `fleet_rules()` makes it a `Rule` (rules.py appends them to RULES)."""
+    """A fleet rule as data; telemetry.rules makes each a live-only `Rule` and appends it to RULES."""
 
     name: str
     query: str
@@ -223,10 +223,3 @@ PROCESSES: dict[str, str] = {spec.name: spec.processes for spec in FLEET}
 """Rule name -> its `processes` annotation (telemetry.rulegen adds it to the alert)."""
 NAMES_WHAT: dict[str, str] = {spec.name: spec.names_what for spec in FLEET}
 
-
-def fleet_rules() -> tuple:
-    """The fleet rules as `Rule`s (live only); called by telemetry.rules once `Rule` and `Live` exist."""
-    from .rules import Live, Rule
-
-    return tuple(Rule(s.name, Live(s.query, s.reads), s.hold_seconds, "fast", s.severity, s.component, s.summary,
-                      s.check) for s in FLEET)

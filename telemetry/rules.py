@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .conditions import Abs, Bin, Delta, Expr, Increase, Mean, Series
+from .fleet_rules import FLEET
 from .invariants import INVARIANTS, Invariant
 from .verdicts import COMPONENTS, SEVERITIES
 
@@ -388,9 +389,9 @@ def invariant_rule(inv: Invariant) -> Rule:
 
 RULES = RULES + tuple(invariant_rule(inv) for inv in INVARIANTS)
 
-from .fleet_rules import fleet_rules  # noqa: E402  (one alert per run however many processes: RLComponentDown too)
-
-RULES += fleet_rules()
+# The fleet rules: one alert per run however many processes (RLComponentDown too), live only.
+RULES += tuple(Rule(s.name, Live(s.query, s.reads), s.hold_seconds, "fast", s.severity, s.component, s.summary,
+                    s.check) for s in FLEET)
 
 BY_RULE: dict[str, Rule] = {r.name: r for r in RULES}
 ROW_RULE_NAMES: tuple[str, ...] = tuple(r.name for r in RULES if not r.live_only and not r.alert_query)
