@@ -91,6 +91,10 @@ def _labels(labels: dict[str, str]) -> str:
     return "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else ""
 
 
+MAIN_PHASES = {"env_step": 0.7, "inference": 0.25}
+"""Share of a simulated actor's wall time in its main phases."""
+
+
 class Process:
     """One simulated process: its exposition lines as (prefix, value function of time)."""
 
@@ -151,7 +155,10 @@ class Process:
         if name == "rlvitals_process_cpu_seconds_total":
             return lambda t: round(0.9 * t, 2)
         if name == "rlvitals_actor_phase_seconds_total":
-            share = {"env_step": 0.7, "inference": 0.25, "weight_wait": 0.05}[labels["phase"]]
+            # Stepping and inference take most of an actor's time; the catalogue's other phases share the rest,
+            # so the phases add up to the wall time whatever phases the catalogue lists.
+            others = [p for p in m.label_values["phase"] if p not in MAIN_PHASES]
+            share = MAIN_PHASES.get(labels["phase"], (1 - sum(MAIN_PHASES.values())) / max(1, len(others)))
             return lambda t: round(share * t, 2)
         if name.startswith("rlvitals_actor_episode_"):
             return {"min": 20.0, "max": 500.0, "mean": 200.0, "std": 80.0}[labels["stat"]]

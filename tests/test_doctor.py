@@ -78,6 +78,7 @@ def test_planted_bug_is_pinned_on_its_component(bug):
 
 
 @pytest.mark.slow
+@pytest.mark.extended   # 25 s; bench/diagnosis.py runs every doctor bug
 def test_a_negated_entropy_is_named_by_its_invariant_even_where_the_bonus_is_zero(tmp_path):
     """The probes cannot see a negated entropy at the reference entropy_coef 0 (the bonus is inert there), but the
     loss's entropy invariant compares the entropies it is given with the distributions' own: named at once, under

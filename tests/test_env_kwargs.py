@@ -164,6 +164,7 @@ def test_a_local_run_and_its_eval_use_the_kwargs(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.extended   # 15 s; local mode's kwargs are checked in the suite
 def test_ray_actors_and_the_learner_use_the_kwargs(ray_address, tmp_path):
     run_dir = tmp_path / "run"
     proc = test_ray.train(test_ray.ray_args(ray_address, run_dir, "--env", ECHO, "--env-kwargs", json.dumps(KWARGS),

@@ -174,6 +174,7 @@ def test_bad_observations_are_skipped_counted_and_saved_then_a_resume_goes_on(ba
 
 
 @pytest.mark.slow
+@pytest.mark.extended   # 23 s; local mode's skipping, counting and saving are checked in the suite
 def test_bad_observations_in_ray_mode_are_skipped_and_counted(bad_envs, tmp_path):
     env = {**bad_envs, "BAD_OBS_EVERY": "500", "BAD_OBS_VALUE": "inf", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
            "PYTHONWARNINGS": "ignore::DeprecationWarning"}

@@ -174,6 +174,7 @@ def test_piped_to_a_file_the_progress_is_plain_lines(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.extended   # 24 s; the local display is checked in the suite
 def test_ray_mode_shows_the_same_display(tmp_path):
     # A private Ray, started by the run itself on loopback, with one actor.
     code, text = in_terminal([*CLI, *SHORT, "--mode", "ray", "--num-actors", "1", "--run-dir", "run"], 80, tmp_path)

@@ -169,7 +169,8 @@ REPLAY_UPDATES = 60
 NORMALIZED = ["--normalize-observations", "true", "--normalize-rewards", "true"]
 
 
-@pytest.mark.parametrize("extra", [[], NORMALIZED], ids=["default", "normalized"])
+@pytest.mark.parametrize("extra", [[], pytest.param(NORMALIZED, marks=pytest.mark.extended)],   # normalized: 27 s
+                         ids=["default", "normalized"])
 def test_one_actor_sync_replays_local_mode(ray_address, tmp_path, extra):
     """Bit for bit over 60 updates, rows and final weights, also with the observation statistics and the
     reward scale carried to the actor."""

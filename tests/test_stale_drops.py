@@ -33,6 +33,7 @@ def alerted(verdicts) -> bool:
     return "RLSamplesDroppedStale" in {v.rule for v in verdicts}
 
 
+@pytest.mark.extended   # 20 s; the suite keeps the stale run that writes its rows and raises its alert
 def test_a_run_whose_every_batch_is_stale_ends_at_its_budget(tmp_path):
     budget = 20_000
     found = diagnose(tmp_path / "stale", bug=BUG, budget_s=HUNG_S, stop_on_verdict=False, total_env_steps=budget,
