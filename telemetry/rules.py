@@ -351,15 +351,16 @@ RULES: tuple[Rule, ...] = (
          "node slowed down. Compare the actors' phase times and memory.", after_updates=100),
     # ------------------------------------------------------------------ live only
     # Progress that stopped leaves no row to judge: the clock is the only evidence of its absence.
+    # It reads the fleet group's per-run rates (recorded once per interval), not every actor's counters twice.
     Rule("RLLearnerStalled",
-         Live("(sum by (run_id) (rlvitals_actor_env_steps_total) - sum by (run_id) (rlvitals_actor_env_steps_total "
-              "offset 1m) > 0) and (max by (run_id) (rlvitals_learner_steps_total) - max by (run_id) "
-              "(rlvitals_learner_steps_total offset 1m) == 0)",
+         Live("(run:rlvitals_actor_env_steps:rate30s:median > 0) and on (run_id) "
+              "(run:rlvitals_learner_steps:rate1m == 0)",
               ("rlvitals_actor_env_steps_total", "rlvitals_learner_steps_total")), 30,
          "fast", "critical", "throughput",
          "Actors produce samples but the learner takes no steps in run {{ $labels.run_id }}",
-         "For a minute and a half the actors' env steps rose while the learner took no optimizer step: the "
-         "learner process is alive but stuck or starved of its GPU. Look at its log and its phase times."),
+         "For half a minute the typical Ray actor kept stepping its envs while the learner took no optimizer "
+         "step in the last minute: the learner process is alive but stuck or starved of its GPU. Look at its "
+         "log and its phase times."),
     Rule("RLActorRestartingRepeatedly",
          Live("increase(rlvitals_actor_restarts_total[30m]) > 2", ("rlvitals_actor_restarts_total",)), 0,
          "slow", "warning", "actor",
