@@ -79,6 +79,7 @@ class Run:
         self.actor_accounts = None
         """Ray mode: the driver's count of rollouts per actor (rlvitals.distributed.accounting), set by the source."""
         self._process = psutil.Process(os.getpid())
+        self._rollouts_before = Rollout.alive()
         steps_per_update = self._steps_per_update = cfg.update_epochs * cfg.num_minibatches
         self._checkpoint_every = max(1, cfg.checkpoint_interval // steps_per_update)
 
@@ -136,7 +137,9 @@ class Run:
         with phase("bookkeeping"):
             if learn:
                 n = rollout.env_steps
-                stats["rollouts_alive"] = float(Rollout.alive())  # the batch in hand counts: healthy is small
+                # This run's rollouts (the batch in hand counts: healthy is small); rollouts that were alive before
+                # the run began (an earlier run in the same process, a caller's own) are not this run's.
+                stats["rollouts_alive"] = float(max(0, Rollout.alive() - self._rollouts_before))
                 stats["staleness_batches"] = self.staleness / self._steps_per_update
                 mismatch = self.weights_mismatch(rollout)
                 if mismatch is not None:

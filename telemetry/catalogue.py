@@ -219,9 +219,10 @@ METRICS: tuple[Metric, ...] = (
            "can hold (rlvitals_queue_capacity); more means weights do not reach the actors.",
            source="staleness_batches"),
     Metric("rlvitals_learner_rollouts_alive", "gauge", "learner", "standard", "short",
-           "Rollouts the learner process holds in memory (created and not yet freed), read after each "
-           "update. Healthy: small and flat (the batch in hand plus what queues hold); rising steadily means "
-           "batches are being kept, long before the process's memory shows it.", source="rollouts_alive"),
+           "Rollouts this run holds in the learner process (created since the run began and not yet freed), "
+           "read after each update. Healthy: small and flat (the batch in hand plus what queues hold); rising "
+           "steadily means batches are being kept, long before the process's memory shows it.",
+           source="rollouts_alive"),
     Metric("rlvitals_learner_logp_discrepancy_nats", "gauge", "learner", "standard", "suffix:nats",
            "Actor-learner consistency: on a batch whose staleness is 0, the largest |log pi_learner(a|x) - "
            "log mu_actor(a|x)| over its samples. The same network on the same observation gives the same "

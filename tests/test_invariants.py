@@ -95,3 +95,22 @@ def test_a_planted_bug_is_named_after_the_same_updates_at_full_and_half_speed(na
     else:
         assert abs(update - update_half) <= ROLLOUT_SLACK
         assert update >= BY_NAME["rollouts_retained"].hold_updates   # the hold, counted in updates
+
+
+def test_rollouts_alive_before_a_run_are_not_the_runs(tmp_path):
+    """Rollouts a caller (or an earlier run in the same process) still holds do not count as this run's: a run
+    started beside 64 of them reads only its own, and rollouts_retained holds."""
+    from rlvitals.actors.agents import RandomAgent
+    from rlvitals.actors.runner import EnvRunner
+
+    runner = EnvRunner("CartPole-v1", 2, 0)
+    try:
+        agent = RandomAgent(runner.action_space, 0)
+        held = [runner.collect(agent, 4) for _ in range(64)]
+    finally:
+        runner.close()
+    found = diagnose(tmp_path / "run", stop_on_verdict=False, total_env_steps=20_000, num_envs=4, rollout_length=64)
+    assert len(held) == 64
+    alive = [r["rollouts_alive"] for r in found.rows if "rollouts_alive" in r]
+    assert alive and max(alive) <= 8, alive
+    assert "rollouts_retained" not in found.summary["judgement"]["invariants_broken"]
