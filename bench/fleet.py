@@ -142,6 +142,8 @@ class Process:
         """A function of time for a value that moves, the value itself for one that does not."""
         key = (m.name, next(iter(labels.values()))) if labels else m.name
         name = m.name
+        if name == "rlvitals_rule_held_updates":
+            return -1.0   # a healthy run: no health rule's condition holds (the monitor exports -1)
         if name == "rlvitals_actor_env_steps_total":
             return self.env_steps
         if name == "rlvitals_actor_episodes_total":
