@@ -80,7 +80,7 @@ FLEET_RULES = {s.name for s in FLEET}
 
 
 def metrics_instance(pid: int, discovery: Path) -> str | None:
-    """host:port of the actor target whose /metrics server the process `pid` listens on."""
+    """host:port of the actor target (its discovery file) whose /metrics server the process `pid` listens on."""
     listening = {c.laddr.port for c in psutil.Process(pid).net_connections(kind="tcp")
                  if c.status == psutil.CONN_LISTEN}
     for path in discovery.glob("actor-*.json"):

@@ -13,18 +13,20 @@ falsely. metrics.jsonl rows hold run-level values only, so this verdict is the l
 
 from __future__ import annotations
 
-import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 from rules_prometheus import RulesPrometheus
 from test_ray import finish, ray_address, ray_args, train  # noqa: F401  (ray_address: the module's Ray head)
 
 from rlvitals.telemetry.health import read_rows
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from fleet_ray import metrics_instance
 
 # Ray starts 8 actor processes at niceness 15: on this shared 2-core machine about 110 s until all are
 # scraped, then ~20 s until the slowed one is named (3 minutes in all, measured 2026-11-26).
@@ -67,20 +69,6 @@ class MaybeSlowCartPole(CartPoleEnv):
 
 gym.register("MaybeSlowCartPole-v0", entry_point=MaybeSlowCartPole, max_episode_steps=500)
 '''
-
-
-def metrics_instance(pid: int, discovery: Path) -> str | None:
-    """host:port of the actor target (its discovery file) whose /metrics server the process `pid` listens on."""
-    listening = {c.laddr.port for c in psutil.Process(pid).net_connections(kind="tcp")
-                 if c.status == psutil.CONN_LISTEN}
-    for path in discovery.glob("actor-*.json"):
-        try:
-            (target,) = json.loads(path.read_text())[0]["targets"]
-        except (OSError, ValueError, KeyError, IndexError):
-            continue   # being rewritten
-        if int(target.rsplit(":", 1)[1]) in listening:
-            return target
-    return None
 
 
 def test_many_tiny_actors_learn_and_the_slowed_one_is_named(ray_address, tmp_path):  # noqa: F811
