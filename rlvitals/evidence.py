@@ -9,8 +9,10 @@ counters can judge (telemetry/invariants.py has their limits and derivations):
 - `inv_weights_frozen`: learner updates (that stepped the network) since the
   newest network age seen in an arriving batch last advanced, beyond what the
   queues can explain;
-- `inv_memory_per_sample`: bytes of resident memory gained per sample processed,
-  over the later half of the run so far, when both its halves grow;
+- `inv_memory_per_sample`: bytes of memory in use (telemetry.memory) gained per
+  sample processed, over the later half of the run so far, when both its
+  halves grow (`MemoryGrowth`; Ray mode judges each actor incarnation on the
+  samples it produced the same way, and the row holds the worst process);
 - `inv_rollouts_retained`: rollouts alive in this process beyond what queues and
   the batch in hand can hold.
 
@@ -27,7 +29,7 @@ DROP_WINDOW = 16
 """Arrivals over which the share of dropped samples is taken."""
 
 MEMORY_POINTS = 256
-"""(samples, resident bytes) points kept; thinned by halves so they span the whole run."""
+"""(samples, bytes in use) points kept; thinned by halves so they span the whole run."""
 MEMORY_MIN_GROWTH = 48 * 2 ** 20
 """Growth over the judged window below which memory is not judged: allocator noise, caches filling."""
 MEMORY_MIN_POINTS = 32
@@ -43,9 +45,7 @@ class PipelineEvidence:
         self.arrivals: deque = deque(maxlen=DROP_WINDOW)   # (samples, dropped samples) per arrival
         self.newest_age: int | None = None
         self.steps_since_newer = 0
-        self.memory: list[tuple[float, float]] = []
-        self.stride = 1
-        self.seen = 0
+        self.memory = MemoryGrowth()
         self.samples = 0.0
 
     # ------------------------------------------------------------- what the run tells it
@@ -53,13 +53,14 @@ class PipelineEvidence:
         self.arrivals.append((samples, samples))
         return {"inv_samples_dropped": self._drop_share()}
 
-    def learned(self, samples: int, policy_age: int, stepped: bool, capacity: int | None, rss: float,
+    def learned(self, samples: int, policy_age: int, stepped: bool, capacity: int | None, memory: float,
                 rollouts_alive: float | None) -> dict[str, float]:
-        """One batch learned from: `stepped` when the update moved the network (not skipped as non-finite)."""
+        """One batch learned from: `stepped` when the update moved the network (not skipped as non-finite);
+        `memory`: the learner process's bytes in use now (telemetry.memory.memory_in_use)."""
         self.arrivals.append((samples, 0))
         self.samples += samples
         out = {"inv_samples_dropped": self._drop_share(), "inv_weights_frozen": NAN,
-               "inv_memory_per_sample": self._memory(rss), "inv_rollouts_retained": NAN,
+               "inv_memory_per_sample": self.memory.add(self.samples, memory), "inv_rollouts_retained": NAN,
                "inv_run_without_updates": 0.0}   # judged for the whole run when it ends
         bound = (capacity or 1) + 1
         if self.newest_age is None or policy_age > self.newest_age:
@@ -77,17 +78,27 @@ class PipelineEvidence:
         total = sum(s for s, _ in self.arrivals)
         return sum(d for _, d in self.arrivals) / total if total else NAN
 
-    def _memory(self, rss: float) -> float:
-        """Bytes per sample gained over the later half of the run, if both its quarters grew; else 0."""
+
+class MemoryGrowth:
+    """One process's memory judged against the samples it processed (the learner's learned, an actor's produced)."""
+
+    def __init__(self):
+        self.points: list[tuple[float, float]] = []
+        self.stride = 1
+        self.seen = 0
+
+    def add(self, samples: float, memory: float) -> float:
+        """Bytes per sample gained over the later half of the process's points so far, if both quarters of it
+        grew and by MEMORY_MIN_GROWTH in all; else 0; NaN until MEMORY_MIN_POINTS points."""
         self.seen += 1
         if self.seen % self.stride == 0:
-            self.memory.append((self.samples, float(rss)))
-            if len(self.memory) >= MEMORY_POINTS:
-                self.memory = self.memory[::2]
+            self.points.append((float(samples), float(memory)))
+            if len(self.points) >= MEMORY_POINTS:
+                self.points = self.points[::2]
                 self.stride *= 2
-        if len(self.memory) < MEMORY_MIN_POINTS:
+        if len(self.points) < MEMORY_MIN_POINTS:
             return NAN
-        half = self.memory[len(self.memory) // 2:]
+        half = self.points[len(self.points) // 2:]
         (s0, r0), (s1, r1), (s2, r2) = half[0], half[len(half) // 2], half[-1]
         if r2 - r0 < MEMORY_MIN_GROWTH or r1 <= r0 or r2 <= r1 or s2 <= s0:
             return 0.0

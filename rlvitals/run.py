@@ -15,6 +15,7 @@ A rollout source has three methods (whoever makes a source releases its envs or 
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Iterable
@@ -26,6 +27,7 @@ from rlvitals.actors.witness import boundary_statistics
 from rlvitals.telemetry.health import HealthMonitor
 from rlvitals.telemetry.interface import or_null
 from rlvitals.telemetry.invariants import InvariantMonitor
+from rlvitals.telemetry.memory import memory_in_use
 from rlvitals.telemetry.verdicts import SEVERITIES, print_verdict
 
 from .archive import RunArchive
@@ -148,9 +150,11 @@ class Run:
                     self.tracker.dropped["nonfinite"] += n
                 else:
                     self.tracker.learned += n
+                actors_memory = stats.pop("actors_memory_per_sample", math.nan)
                 stats.update(self.evidence.learned(n, rollout.policy_age, stats["learner_steps"] > 0,
-                                                   self.queue_capacity, self._process.memory_info().rss,
-                                                   stats["rollouts_alive"]))
+                                                   self.queue_capacity, memory_in_use(), stats["rollouts_alive"]))
+                if actors_memory > stats["inv_memory_per_sample"] or math.isnan(stats["inv_memory_per_sample"]):
+                    stats["inv_memory_per_sample"] = actors_memory     # the worst process's growth
         with phase("invariants"):
             self.judge(stats, self.tracker.updates + 1)
         if learn:

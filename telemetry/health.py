@@ -87,7 +87,11 @@ def _extend(history: list[tuple[float, bool]], t: float, holds: bool) -> None:
 def _message(rule: Rule, value: float | None, update: float, seconds, run_id: str) -> str:
     summary = rule.summary.replace("{{ $labels.run_id }}", run_id or "this run")
     when = f" at update {update:.0f}" + (f", {seconds:.0f} s" if isinstance(seconds, (int, float)) else "")
-    seen = f" (value {value:.4g}{when})" if value is not None else ""
+    if rule.value_key:       # an invariant: its statistic against its limit, not the update its flag holds
+        limit = f", limit {rule.value_limit:.4g}" if rule.value_limit is not None else ""
+        seen = f" (statistic {value:.4g}{limit};{when})" if value is not None else f" ({when.lstrip()})"
+    else:
+        seen = f" (value {value:.4g}{when})" if value is not None else ""
     return f"{summary}{seen}. {rule.check}"
 
 
@@ -99,7 +103,7 @@ class HealthMonitor:
         self.rules = [r for r in rules if not r.live_only]
         self.run_id = run_id
         self.on_verdict, self.on_held = on_verdict, on_held
-        keys = set().union(*(r.expr.keys() | ({r.update_key} if r.update_key else set()) for r in self.rules))
+        keys = set().union(*(r.expr.keys() | {k for k in (r.update_key, r.value_key) if k} for r in self.rules))
         self.series = RowSeries(keys | {AXIS_KEY})
         self.reach = max((r.expr.reach() for r in self.rules), default=0.0)
         self.since: dict[str, tuple[float, float | None]] = {}
@@ -153,7 +157,8 @@ class HealthMonitor:
                 verdict = Verdict(rule.name, rule.severity, rule.component,
                                   None if start_t is None else round(start_t, 3),
                                   None if update is None else int(update),
-                                  _message(rule, value, u, t, self.run_id))
+                                  _message(rule, lookup(rule.value_key, u) if rule.value_key else value, u, t,
+                                           self.run_id))
                 self.fired[rule.name] = verdict
                 if self.on_verdict is not None:
                     self.on_verdict(verdict)

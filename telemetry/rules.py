@@ -91,6 +91,10 @@ class Rule:
     alert_query: str = ""
     """The alert's PromQL where the run exports the evidence's verdict itself (an invariant's broken flag, latched
     by its monitor); empty: the health monitor's count of updates held."""
+    value_key: str = ""
+    """Row key whose value the verdict's message quotes (an invariant's statistic, with `value_limit`); empty: the
+    condition's own value."""
+    value_limit: float | None = None
 
     @property
     def live_only(self) -> bool:
@@ -385,6 +389,7 @@ def invariant_rule(inv: Invariant) -> Rule:
     """
     return Rule(inv.rule_name, S(inv.broken_key) > 0, 0, "fast", inv.severity, inv.component,
                 inv.summary + " in run {{ $labels.run_id }}", inv.check, update_key=inv.broken_key,
+                value_key=inv.statistic, value_limit=inv.limit,
                 alert_query=f'max by (run_id) ({INVARIANT_BROKEN_METRIC}{{invariant="{inv.name}"}}) > 0')
 
 

@@ -478,6 +478,22 @@ def learner_keeps_every_loss_graph(mp):
     _after_loss(mp, keep)
 
 
+def actor_caches_every_weights_version(mp):
+    from rlvitals.distributed.workers import RolloutWorker
+
+    original = RolloutWorker.collect
+
+    def collect(self, weights, weights_age):
+        # A cache of loaded weights keyed by network age that nothing evicts (kept in float64 "for replay").
+        if weights and weights_age != self.weights_age:
+            import ray
+            cache = self.__dict__.setdefault("_planted_cache", {})
+            cache[weights_age] = {k: v.double().clone() for k, v in ray.get(weights[0]).items()}
+        return original(self, weights, weights_age)
+
+    mp.setattr(RolloutWorker, "collect", collect)
+
+
 def weights_one_age_behind(mp):
     from rlvitals.distributed.fleet import Fleet
 
@@ -635,6 +651,10 @@ INVARIANT_BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("ray_weights_one_age_behind", "weight-sync", "run", weights_one_age_behind, overrides=RAY,
                mode="ray", invariant="weights_as_stamped",
                what="each publication carries the previous parameters under the new age"),
+    PlantedBug("ray_actor_caches_every_weights_version", "memory", "run", actor_caches_every_weights_version,
+               overrides={**RAY, "hidden_sizes": (512, 512), "rollout_length": 32}, mode="ray", in_actors=True,
+               invariant="memory_per_sample",
+               what="Ray actors keep a float64 copy of every weights version they load (a cache nothing evicts)"),
     PlantedBug("ray_value_head_left_out_of_the_optimizer", "optimizer", "run", value_head_left_out_of_the_optimizer,
                overrides=RAY, mode="ray", invariant="optimizer_coverage",
                what="Ray mode: the learner's optimizer misses the value head"),

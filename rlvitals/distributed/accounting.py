@@ -29,6 +29,10 @@ from __future__ import annotations
 import time
 from collections import Counter
 
+from rlvitals.telemetry.memory import memory_in_use
+
+from ..evidence import MemoryGrowth
+
 PHASES = ("env_step", "inference", "weight_wait", "work_wait", "other")
 """Where an actor's seconds go (the `phase` values of rlvitals_actor_phase_seconds_total): stepping envs, the
 policy's forward pass, waiting for and loading weights, waiting for work (no request in hand: the rollout it
@@ -48,6 +52,8 @@ class ActorCounters:
         now = time.perf_counter()
         self.actor_id, self.pid = actor_id, pid
         self.produced = self.delivered = 0
+        self.samples = 0
+        """Env steps in the rollouts delivered: what the incarnation's memory growth is judged against."""
         self.dropped: Counter = Counter()
         self.seconds = dict.fromkeys(PHASES, 0.0)
         self.born = now if born is None else born
@@ -86,6 +92,7 @@ class ActorCounters:
     def deliver(self, rollout) -> None:
         """`rollout` goes back to the driver now: count it, stamp the counters on it."""
         self.delivered += 1
+        self.samples += rollout.env_steps
         rollout.actor_counters = (self.snapshot(),)
         self._task = None
         self._ready = time.perf_counter()
@@ -101,7 +108,8 @@ class ActorCounters:
             seconds["other"] += self._ready - self._mark
             seconds["work_wait"] += now - self._ready
         return {"actor": self.actor_id, "pid": self.pid, "produced": self.produced, "delivered": self.delivered,
-                "dropped": dict(self.dropped), "seconds": seconds, "wall": time.time() - self.born_wall}
+                "dropped": dict(self.dropped), "seconds": seconds, "wall": time.time() - self.born_wall,
+                "samples": self.samples, "memory": memory_in_use()}
 
 
 class ActorAccounts:
@@ -113,6 +121,8 @@ class ActorAccounts:
         self.latest: dict[tuple[int, int], dict] = {}
         """(actor, pid) -> the newest counters that incarnation sent."""
         self._excess: float | None = None
+        self.memory: dict[tuple[int, int], MemoryGrowth] = {}
+        self._memory_per_sample: float | None = None
 
     def _note(self, counters: dict) -> tuple[int, int]:
         key = (int(counters["actor"]), int(counters["pid"]))
@@ -127,6 +137,11 @@ class ActorAccounts:
             self.received[key] += 1
             excess = max(0, self.received[key] - int(counters["produced"]))
             self._excess = excess if self._excess is None else max(self._excess, excess)
+            if "memory" in counters:
+                growth = self.memory.setdefault(key, MemoryGrowth()).add(counters["samples"], counters["memory"])
+                if growth == growth:        # not NaN: the incarnation has enough points
+                    worst = self._memory_per_sample
+                    self._memory_per_sample = growth if worst is None else max(worst, growth)
 
     def left_in_flight(self, rollout) -> None:
         for counters in rollout.actor_counters:
@@ -138,11 +153,15 @@ class ActorAccounts:
             self._note(counters)
 
     def take_statistic(self) -> dict[str, float]:
-        """inv_actor_accounting over the arrivals since the last call; {} when none carried counters."""
-        if self._excess is None:
-            return {}
-        value, self._excess = float(self._excess), None
-        return {"inv_actor_accounting": value}
+        """inv_actor_accounting over the arrivals since the last call, and the worst actor incarnation's memory
+        growth per sample it produced (`actors_memory_per_sample`, which the run folds into
+        inv_memory_per_sample); {} when none carried counters."""
+        out = {}
+        if self._excess is not None:
+            out["inv_actor_accounting"], self._excess = float(self._excess), None
+        if self._memory_per_sample is not None:
+            out["actors_memory_per_sample"], self._memory_per_sample = float(self._memory_per_sample), None
+        return out
 
     def summary(self) -> dict:
         """Per actor (incarnations summed) and in all: the actors' counts, the driver's, and the mismatch."""
