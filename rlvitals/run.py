@@ -23,6 +23,7 @@ from collections.abc import Iterable
 import psutil
 
 from rlvitals.actors.rollout import Rollout
+from rlvitals.actors.streams import StreamIndependence
 from rlvitals.actors.witness import boundary_statistics
 from rlvitals.telemetry.health import HealthMonitor
 from rlvitals.telemetry.interface import or_null
@@ -65,6 +66,7 @@ class Run:
         # Invariants are judged per update on evidence (telemetry/invariants.py); their state rides in every row.
         self.invariants = InvariantMonitor()
         self.evidence = PipelineEvidence()
+        self.streams = StreamIndependence()
         self.judged: dict = {}
         """The latest `inv_*` statistics and `inv_broken_*` flags (in every row from the first judgement on)."""
         self.progress = ProgressLine(cfg.total_env_steps, enabled=cfg.progress, interval=cfg.log_interval_seconds)
@@ -134,6 +136,7 @@ class Run:
         stats = self.learner.learn(rollout) if learn else {}
         with phase("invariants"):
             stats.update(boundary_statistics(rollout))  # what arrived against the env's raw output
+            stats.update(self.streams.observe(rollout))  # each env draws its own episodes
             if self.actor_accounts is not None:
                 stats.update(self.actor_accounts.take_statistic())
         with phase("bookkeeping"):

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from .verdicts import COMPONENTS, SEVERITIES
 
 FAMILIES = {
-    "sampling": "the actions in a batch are draws from the behaviour distribution the actor recorded for them",
+    "sampling": "the actions in a batch are draws from the behaviour distribution the actor recorded for them, "
+                "and every env draws its own episodes",
     "boundary": "what the learner trains on is what the env emitted, under the declared rules",
     "dataflow": "the loss's inputs and gradients equal an independent recomputation from the rollout",
     "optimisation": "every parameter that gets a gradient is stepped, and no loss term starves the others",
@@ -115,6 +116,20 @@ INVARIANTS: tuple[Invariant, ...] = (
         "draws).",
         "The actor computes log mu(a) from the parameters it stores, for the action it stores: recomputing it "
         "from those two is exact up to float32 rounding (1e-5 nats), far below the limit of 1e-3."),
+    Invariant(
+        "streams_independent", "sampling", "actor", 0.0, 1,
+        "Env streams replay each other's episodes",
+        "Two or more envs of the run started the same sequence of episodes (their first reset observations are "
+        "identical, beyond what chance allows): they are seeded alike (every actor given the run's seed, a "
+        "vector env's sub-envs sharing one seed, a restarted actor replaying its first life), so the learner "
+        "sees the same data several times.",
+        "Reset observations are draws of the env's own random generator, so differently seeded envs start "
+        "different episodes. A stream's signature is its first 6 reset observations; the chance that two "
+        "independent streams share it is bounded from the coincidences within each stream ((equal pairs + 3) / "
+        "pairs, to the 6th power), which duplicated streams do not inflate, and duplicates are only counted "
+        "while all the run's pairs of streams together would coincide by chance less than 1e-6 times: envs "
+        "with a fixed or few-valued start state are never judged. Resets are hashed as the env emitted them, "
+        "one hash per episode end (actors/streams.py)."),
     # ----------------------------------------------------------------- boundary (env, actor)
     Invariant(
         "boundary_actions", "boundary", "actor", 0.0, 2,

@@ -494,6 +494,28 @@ def actor_caches_every_weights_version(mp):
     mp.setattr(RolloutWorker, "collect", collect)
 
 
+def vector_envs_share_one_seed(mp):
+    from rlvitals.actors.witness import Witness
+
+    original = Witness.reset
+
+    def reset(self, **kwargs):
+        if isinstance(kwargs.get("seed"), int):      # one seed per sub-env, meant as "seed everything with it"
+            kwargs["seed"] = [kwargs["seed"]] * self.n
+        return original(self, **kwargs)
+
+    mp.setattr(Witness, "reset", reset)
+
+
+def actors_share_one_seed(mp):
+    from rlvitals.distributed import workers
+
+    env_seed, seed_for_actor = workers.env_seed, workers.seed_for_actor
+    # Every actor seeded from the run's seed alone (the actor id left out of both seeds).
+    mp.setattr(workers, "env_seed", lambda seed, actor_id: env_seed(seed, 0))
+    mp.setattr(workers, "seed_for_actor", lambda seed, actor_id: seed_for_actor(seed, 0))
+
+
 def weights_one_age_behind(mp):
     from rlvitals.distributed.fleet import Fleet
 
@@ -638,6 +660,11 @@ INVARIANT_BUGS: tuple[PlantedBug, ...] = (
                invariant="telemetry_recomputed", what="residual variance computed as Var(v - t) / Var(v)"),
     PlantedBug("clip_fraction_reported_inverted", "telemetry", "run", clip_fraction_reported_inverted,
                invariant="telemetry_recomputed", what="the clip fraction exported as 1 - the clip fraction"),
+    PlantedBug("vector_envs_share_one_seed", "actor", "run", vector_envs_share_one_seed, env="Acrobot-v1",
+               invariant="streams_independent", what="every sub-env of the vector env reset with the same seed "
+                                                     "(CartPole's native vector env draws all from one generator)"),
+    PlantedBug("vector_envs_share_one_seed_pendulum", "actor", "run", vector_envs_share_one_seed, env=PENDULUM,
+               invariant="streams_independent", what="as vector_envs_share_one_seed, on Pendulum"),
     PlantedBug("learner_keeps_every_loss_graph", "memory", "run", learner_keeps_every_loss_graph,
                invariant="memory_per_sample", what="every minibatch loss kept with its graph"),
     PlantedBug("value_coefficient_applied_twice_pendulum", "value", "run", value_coefficient_applied_twice,
@@ -655,6 +682,9 @@ INVARIANT_BUGS: tuple[PlantedBug, ...] = (
                overrides={**RAY, "hidden_sizes": (512, 512), "rollout_length": 32}, mode="ray", in_actors=True,
                invariant="memory_per_sample",
                what="Ray actors keep a float64 copy of every weights version they load (a cache nothing evicts)"),
+    PlantedBug("ray_actors_share_one_seed", "actor", "run", actors_share_one_seed, overrides=RAY, mode="ray",
+               in_actors=True, invariant="streams_independent",
+               what="every Ray actor seeds its envs and its sampler from the run's seed alone"),
     PlantedBug("ray_value_head_left_out_of_the_optimizer", "optimizer", "run", value_head_left_out_of_the_optimizer,
                overrides=RAY, mode="ray", invariant="optimizer_coverage",
                what="Ray mode: the learner's optimizer misses the value head"),

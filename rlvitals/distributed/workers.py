@@ -22,6 +22,9 @@ from ..env_preflight import atari_options
 from ..parts import make_agent, make_network, return_discount, seed_everything
 from .accounting import ActorCounters
 
+RESTART_SEED_STRIDE = 104_729
+"""Run seeds between an actor's incarnations: each life draws its own episodes."""
+
 
 def seed_for_actor(seed: int, actor_id: int) -> int:
     """Actor 0 samples with the same generator seed as local mode, so a 1-actor sync run replays it."""
@@ -41,21 +44,25 @@ class RolloutWorker:
         import ray
 
         born = time.perf_counter()   # the actor's wall time, which its phases add up to, starts here
+        incarnation = 0
         if ledger is not None:  # first thing, so even an incarnation killed during start-up is counted
             name, namespace = ledger
-            ray.get(ray.get_actor(name, namespace=namespace).started.remote(actor_id, os.getpid()))
+            incarnation = ray.get(ray.get_actor(name, namespace=namespace).started.remote(actor_id, os.getpid()))
         from rlvitals.actors.runner import EnvRunner
         from rlvitals.telemetry.process import start_telemetry
 
         cfg = TrainConfig(**{**cfg_dict, "hidden_sizes": tuple(cfg_dict["hidden_sizes"])})
-        seed_everything(seed_for_actor(cfg.seed, actor_id), cfg.torch_threads)
+        # A restarted actor draws new episodes: replaying its first life's would feed the learner the same data
+        # twice (the streams_independent invariant). The first incarnation keeps the seeds local mode replays.
+        seed = cfg.seed + RESTART_SEED_STRIDE * incarnation
+        seed_everything(seed_for_actor(seed, actor_id), cfg.torch_threads)
         self.cfg, self.actor_id = cfg, actor_id
         # Native Atari envs run threads of their own: no more than the CPUs Ray reserved for us.
-        self.runner = EnvRunner(cfg.env, cfg.num_envs, env_seed(cfg.seed, actor_id), actor_id,
+        self.runner = EnvRunner(cfg.env, cfg.num_envs, env_seed(seed, actor_id), actor_id,
                                 atari_options=atari_options(cfg, threads=max(1, int(cfg.actor_cpus))),
                                 return_discount=return_discount(cfg), env_kwargs=cfg.env_kwargs)
         self.net = make_network(cfg, self.runner.obs_space, self.runner.action_space)
-        self.net.seed(seed_for_actor(cfg.seed, actor_id))
+        self.net.seed(seed_for_actor(seed, actor_id))
         self.agent = make_agent(cfg, self.runner, self.net)
         self.weights_age = -1  # network age of the weights loaded last
         self.node_ip = ray.util.get_node_ip_address()
@@ -113,8 +120,10 @@ class IncarnationLedger:
     def __init__(self):
         self.starts: dict[int, list[int]] = {}
 
-    def started(self, actor_id: int, pid: int) -> None:
+    def started(self, actor_id: int, pid: int) -> int:
+        """Count a start; its incarnation (0: the actor's first process)."""
         self.starts.setdefault(actor_id, []).append(pid)
+        return len(self.starts[actor_id]) - 1
 
     def restarts(self) -> int:
         return sum(len(pids) - 1 for pids in self.starts.values())
