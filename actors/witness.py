@@ -78,6 +78,7 @@ inv_observation_space
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 
 import gymnasium as gym
@@ -121,6 +122,12 @@ class WitnessRecord:
     """Where this runner's envs start in the rollout (several actors' rollouts side by side)."""
     complete: bool = True
     """False when some env output could not be recorded (the runner reports such output itself)."""
+    origin: int = 0
+    """The witness that recorded it (random per witness: a runner, an actor incarnation)."""
+    seq: int = 0
+    """Its records in order (0, 1, ...): consecutive ones continue each other's episodes."""
+    fresh: bool = False
+    """The first record after the envs were reset: every episode in it began at its start."""
 
     @property
     def resets(self) -> np.ndarray:
@@ -210,6 +217,9 @@ class Witness(gym.vector.VectorWrapper):
         self._prev_done = np.zeros(self.n, dtype=bool)
         self._last_obs = None
         self._emits = -1   # the first output (the reset's) is checked
+        self._origin = int.from_bytes(os.urandom(8), "little") >> 1
+        self._seq = 0
+        self._fresh = False
         self._clear(0)
 
     def _clear(self, num_steps: int) -> None:
@@ -247,6 +257,8 @@ class Witness(gym.vector.VectorWrapper):
     # ------------------------------------------------------------- the vector env's interface
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
+        self._seq += 1          # episodes in progress end here unreported: the next record continues none
+        self._fresh = True
         self._prev_done = np.zeros(self.n, dtype=bool)
         self._emit(obs)
         return obs, info
@@ -325,7 +337,9 @@ class Witness(gym.vector.VectorWrapper):
             done_before=self._done_before, steps=t * n,
             obs_at=np.array([(t, e) for t, e, _ in kept] if obs is not None else [], dtype=np.int64).reshape(-1, 2),
             obs=obs if obs is not None else np.zeros(0), outside_space=outside, emitted=emitted,
-            action_low=self._low, action_high=self._high, complete=complete)
+            action_low=self._low, action_high=self._high, complete=complete, origin=self._origin, seq=self._seq,
+            fresh=self._fresh)
+        self._seq, self._fresh = self._seq + 1, False
         if len(terminated):   # a fresh array, never changed in place: the next record's done_before
             self._prev_done = terminated[-1] | truncated[-1]
         self._clear(0)

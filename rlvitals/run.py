@@ -22,6 +22,7 @@ from collections.abc import Iterable
 
 import psutil
 
+from rlvitals.actors.episode_witness import EpisodeWitness
 from rlvitals.actors.rollout import Rollout
 from rlvitals.actors.streams import StreamIndependence
 from rlvitals.actors.witness import boundary_statistics
@@ -67,6 +68,7 @@ class Run:
         self.invariants = InvariantMonitor()
         self.evidence = PipelineEvidence()
         self.streams = StreamIndependence()
+        self.episodes = EpisodeWitness()
         self.judged: dict = {}
         """The latest `inv_*` statistics and `inv_broken_*` flags (in every row from the first judgement on)."""
         self.progress = ProgressLine(cfg.total_env_steps, enabled=cfg.progress, interval=cfg.log_interval_seconds)
@@ -137,6 +139,7 @@ class Run:
         with phase("invariants"):
             stats.update(boundary_statistics(rollout))  # what arrived against the env's raw output
             stats.update(self.streams.observe(rollout))  # each env draws its own episodes
+            stats.update(self.episodes.observe(rollout))  # the episodes reported are the env's
             if self.actor_accounts is not None:
                 stats.update(self.actor_accounts.take_statistic())
         with phase("bookkeeping"):

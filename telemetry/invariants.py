@@ -304,6 +304,19 @@ INVARIANTS: tuple[Invariant, ...] = (
         "against float64 differs by about 1e-6 of these (healthy runs: at most 1.6e-5). The clip fraction "
         "and entropy come from the loss's own parts: they are not held against telemetry on updates where "
         "loss_gradient_policy or loss_gradient_entropy is broken, which name the fault there."),
+    Invariant(
+        "episode_statistics", "telemetry", "telemetry", 1e-6, 2,
+        "Reported episode returns or lengths differ from the env's own rewards",
+        "The episodes the actors report (the returns and lengths every return curve, the solve threshold and "
+        "the episode metrics are made of) are not the sums and counts of the rewards and steps the env "
+        "returned, as a witness below the runner recorded them: the episode bookkeeping is wrong (a reward "
+        "left out or counted twice, a reset step counted, scaled or clipped rewards summed, an episode lost), "
+        "while the learner's data may be right.",
+        "For every episode that began and ended inside a witnessed rollout, the witness's rewards summed over "
+        "its agent steps and counted give its return and length; both sides add the same float32 rewards in "
+        "float64, so they agree to about 1e-15 of the episode's sum of |reward| (limit 1e-6); lengths and the "
+        "number of episodes are exact. Episodes that began in an earlier rollout are not recomputed: nothing "
+        "is carried across rollouts and the actors pay nothing (actors/episode_witness.py)."),
     # ----------------------------------------------------------------- pipeline (evidence, not seconds)
     Invariant(
         "samples_dropped", "pipeline", "weight-sync", 0.5, 8,

@@ -516,6 +516,20 @@ def actors_share_one_seed(mp):
     mp.setattr(workers, "seed_for_actor", lambda seed, actor_id: seed_for_actor(seed, 0))
 
 
+def episode_lengths_count_the_reset_step(mp):
+    def change(r):
+        r.episodes.lengths = r.episodes.lengths + 1      # the NEXT_STEP reset transition counted as a step
+
+    _after_collect(mp, change)
+
+
+def episode_returns_of_scaled_rewards(mp):
+    def change(r):
+        r.episodes.returns = r.episodes.returns * 0.1    # summed after a reward scale meant for the learner only
+
+    _after_collect(mp, change)
+
+
 def weights_one_age_behind(mp):
     from rlvitals.distributed.fleet import Fleet
 
@@ -665,6 +679,11 @@ INVARIANT_BUGS: tuple[PlantedBug, ...] = (
                                                      "(CartPole's native vector env draws all from one generator)"),
     PlantedBug("vector_envs_share_one_seed_pendulum", "actor", "run", vector_envs_share_one_seed, env=PENDULUM,
                invariant="streams_independent", what="as vector_envs_share_one_seed, on Pendulum"),
+    PlantedBug("episode_lengths_count_the_reset_step", "telemetry", "run", episode_lengths_count_the_reset_step,
+               invariant="episode_statistics", what="reported episode lengths count the reset transition"),
+    PlantedBug("episode_returns_of_scaled_rewards", "telemetry", "run", episode_returns_of_scaled_rewards,
+               env=PENDULUM, invariant="episode_statistics",
+               what="reported episode returns summed from rewards scaled by 0.1"),
     PlantedBug("learner_keeps_every_loss_graph", "memory", "run", learner_keeps_every_loss_graph,
                invariant="memory_per_sample", what="every minibatch loss kept with its graph"),
     PlantedBug("value_coefficient_applied_twice_pendulum", "value", "run", value_coefficient_applied_twice,
@@ -685,6 +704,9 @@ INVARIANT_BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("ray_actors_share_one_seed", "actor", "run", actors_share_one_seed, overrides=RAY, mode="ray",
                in_actors=True, invariant="streams_independent",
                what="every Ray actor seeds its envs and its sampler from the run's seed alone"),
+    PlantedBug("ray_episode_lengths_count_the_reset_step", "telemetry", "run", episode_lengths_count_the_reset_step,
+               overrides=RAY, mode="ray", in_actors=True, invariant="episode_statistics",
+               what="Ray actors' reported episode lengths count the reset transition"),
     PlantedBug("ray_value_head_left_out_of_the_optimizer", "optimizer", "run", value_head_left_out_of_the_optimizer,
                overrides=RAY, mode="ray", invariant="optimizer_coverage",
                what="Ray mode: the learner's optimizer misses the value head"),
