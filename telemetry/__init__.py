@@ -5,7 +5,8 @@
 `Telemetry` protocol; a no-op implementation at verbosity `off`);
 `recorder` turns per-batch statistics into metric state without touching
 Prometheus on the hot path; `collectors` build Prometheus families from that
-state and read process, torch and NVML figures at scrape time; `process`
+state and read process, torch and NVML figures at scrape time; `memory`
+measures a process's memory in use (what a leak grows, not allocator free lists); `process`
 serves /metrics and maintains the file_sd discovery file; `reference` writes
 docs/metrics.md from the catalogue, with `rowkeys` saying what a metrics.jsonl
 row holds; `bands` reads the healthy ranges the catalogue's help text states.
