@@ -252,6 +252,16 @@ INVARIANTS: tuple[Invariant, ...] = (
         "term."),
     # ----------------------------------------------------------------- optimisation
     Invariant(
+        "minibatch_coverage", "optimisation", "optimizer", 0.0, 2,
+        "The update's minibatches do not cover the batch once per epoch",
+        "Some valid samples of the batch took part in more or fewer minibatch steps than there are epochs: "
+        "minibatches drawn with replacement, the same minibatch reused, a slice that leaves samples out, or "
+        "reset steps and padding trained on. The update learns from other data than the batch it was given.",
+        "Each epoch shuffles the batch's valid samples and splits them into minibatches, so every one is in "
+        "exactly update_epochs minibatch steps. The learner counts, from the index tensors the steps were "
+        "given, each sample's steps on sampled updates (one scatter-add per minibatch, on the device); the "
+        "statistic is the share of samples whose count differs. Exact: no false alarm."),
+    Invariant(
         "optimizer_coverage", "optimisation", "optimizer", 0.0, 2,
         "Parameters with a gradient are not stepped by the optimizer",
         "Some parameter received a gradient in this update and did not change (or is not in any optimizer "

@@ -530,6 +530,14 @@ def episode_returns_of_scaled_rewards(mp):
     _after_collect(mp, change)
 
 
+def minibatches_drawn_with_replacement(mp):
+    def randperm(n, generator=None, **kwargs):
+        # The textbook slip: random indices where a permutation belongs (some samples twice, some never).
+        return torch.randint(int(n), (int(n),), generator=generator, **kwargs)
+
+    mp.setattr(torch, "randperm", randperm)     # the learner's only caller (learner/ppo.py)
+
+
 def weights_one_age_behind(mp):
     from rlvitals.distributed.fleet import Fleet
 
@@ -684,6 +692,8 @@ INVARIANT_BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("episode_returns_of_scaled_rewards", "telemetry", "run", episode_returns_of_scaled_rewards,
                env=PENDULUM, invariant="episode_statistics",
                what="reported episode returns summed from rewards scaled by 0.1"),
+    PlantedBug("minibatches_drawn_with_replacement", "optimizer", "run", minibatches_drawn_with_replacement,
+               invariant="minibatch_coverage", what="each epoch's minibatch indices drawn with replacement"),
     PlantedBug("learner_keeps_every_loss_graph", "memory", "run", learner_keeps_every_loss_graph,
                invariant="memory_per_sample", what="every minibatch loss kept with its graph"),
     PlantedBug("value_coefficient_applied_twice_pendulum", "value", "run", value_coefficient_applied_twice,

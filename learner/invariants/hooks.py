@@ -15,7 +15,8 @@ from .telemetry import arrival_disagreement, flat_target_spread, update_disagree
 SAMPLED_FIRST, SAMPLED_EVERY = 16, 8
 KEYS = ("inv_sampling_logp", "inv_sampling_frequency", "inv_behaviour_record", "inv_returns_recomputed",
         "inv_loss_gradient_policy", "inv_loss_gradient_value", "inv_loss_gradient_entropy",
-        "inv_optimizer_coverage", "inv_gradient_of_loss", "inv_policy_starved", "inv_telemetry_recomputed")
+        "inv_optimizer_coverage", "inv_gradient_of_loss", "inv_policy_starved", "inv_telemetry_recomputed",
+        "inv_minibatch_coverage")
 
 
 def is_sampled(update: int) -> bool:
@@ -39,6 +40,8 @@ class LearnerInvariants:
         self.grad_before: torch.Tensor | None = None
         self.behaviour_logp: torch.Tensor | None = None
         self.arrival_telemetry: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.uses: torch.Tensor | None = None
+        """[count] how many minibatch steps each valid sample of the batch took part in (sampled updates)."""
 
     def arrival(self, batch, r: dict, params_all: torch.Tensor, values_all: torch.Tensor,
                 index: torch.Tensor) -> None:
@@ -47,6 +50,7 @@ class LearnerInvariants:
         s, dist = learner.s, learner.net.dist
         self.sampled = is_sampled(learner.updates)
         self.steps, self.grad_norms, self.arrival_telemetry = [], None, None
+        self.uses = torch.zeros(batch.count, dtype=torch.int32, device=learner.device) if self.sampled else None
         nan = torch.full((), NAN, device=learner.device)
         self.out = dict.fromkeys(KEYS, nan)
         valid, actions = r["valid"], r["actions"]
@@ -96,12 +100,16 @@ class LearnerInvariants:
         """Each minibatch's policy parameters, kept on sampled updates for the KL and clip fraction's check."""
         if self.sampled:
             self.steps.append((mb, mb_params.detach(), last_epoch))
+            self.uses.index_add_(0, mb, torch.ones_like(mb, dtype=torch.int32))
 
     def report(self, b, u, after: torch.Tensor, stats: dict) -> dict[str, torch.Tensor]:
         """The update's `inv_*` statistics (0-d tensors on the device)."""
         learner = self.learner
         params = list(learner.net.parameters())
         self.out["inv_behaviour_record"] = stats["record_discrepancy"]
+        if self.uses is not None and self.uses.numel():
+            # Each epoch is one pass over the batch: every valid sample in exactly update_epochs minibatch steps.
+            self.out["inv_minibatch_coverage"] = (self.uses != learner.s.update_epochs).to(F64).mean()
         self.out["inv_optimizer_coverage"] = optimizer_coverage(params, learner.optimizer, self.grad_norms,
                                                                 u.before, after)
         if self.sampled and self.arrival_telemetry is not None:
