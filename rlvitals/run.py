@@ -26,6 +26,7 @@ from rlvitals.actors.episode_witness import EpisodeWitness
 from rlvitals.actors.rollout import Rollout
 from rlvitals.actors.streams import StreamIndependence
 from rlvitals.actors.witness import boundary_statistics
+from rlvitals.learner.invariants import observation_pairing
 from rlvitals.telemetry.health import HealthMonitor
 from rlvitals.telemetry.interface import or_null
 from rlvitals.telemetry.invariants import InvariantMonitor
@@ -43,7 +44,7 @@ from .rows import RowObserver, RowWriter
 from .status import COMPLETED, ended_by
 from .tracker import RunTracker, WaitTimed
 
-WIRED_STATISTICS = (("inv_weights_as_stamped", "weights_mismatch"), ("inv_learner_sees_actor_data", "logp_discrepancy"))
+WIRED_STATISTICS = (("inv_weights_as_stamped", "weights_mismatch"),)
 """Invariant statistics that are checks the run already makes under their own keys."""
 
 
@@ -261,6 +262,9 @@ class Run:
         for statistic, key in WIRED_STATISTICS:
             if key in stats:
                 stats[statistic] = stats[key]
+        if "logp_discrepancy" in stats:   # the actor's pairing or the learner's reading (observation_pairing)
+            shifted = stats.get("logp_discrepancy_shifted", math.nan)
+            stats.update(observation_pairing(stats["logp_discrepancy"], shifted))
         stats.update(self.invariants.observe(stats, update))
         self.judged.update({k: v for k, v in stats.items() if k.startswith("inv_") and isinstance(v, float)})
         if self.learner is not None and not stats.get("updates"):

@@ -201,12 +201,24 @@ INVARIANTS: tuple[Invariant, ...] = (
         "received but not loaded, or loaded into a network the actor does not act with.",
         "Fingerprints are float64 sums of the same parameters; the same weights agree to 1e-12 on any device."),
     Invariant(
+        "acted_on_stored_observation", "boundary", "actor", 1e-3, 2,
+        "Actors act on another step's observation than the one stored with the action",
+        "On a batch of staleness 0 the learner's log-probability of each behaviour action disagrees with the "
+        "actor's at the stored observation and agrees at a neighbouring step's: the actor computed its action "
+        "from a stale or early observation (inference on the previous step's input, a buffer updated after the "
+        "policy call) while the rollout stores the right one, so every action is paired with the wrong state.",
+        "Same weights, same function: at the observation the actor acted on, the learner's log-probability "
+        "equals the actor's up to float32 rounding (1e-5 nats), and at any other observation it differs. "
+        "Counted here when the shifted disagreement is under 1% of the plain one (the rest is "
+        "learner_sees_actor_data's); 1e-3 nats has no false alarm. Judged only at staleness 0."),
+    Invariant(
         "learner_sees_actor_data", "boundary", "preprocessing", 1e-3, 2,
         "The learner and the actors disagree on the probability of the same action",
         "On a batch of staleness 0 the learner's network is the one that acted, so its log-probability of each "
         "behaviour action must be the actor's; it is not, so the learner reads other inputs than the actor did "
         "(a transform, normalisation or dtype on one side only). When the actor's own record or the rollout's "
-        "observations are also wrong, the invariants of the actor, upstream, say so first.",
+        "observations are also wrong, the invariants of the actor, upstream, say so first; when a neighbouring "
+        "step's observation explains the disagreement, acted_on_stored_observation counts it instead.",
         "Same weights, same observation, same function: equal up to float32 rounding of two batched forward "
         "passes (1e-5 nats); 1e-3 has no false alarm. Judged only at staleness 0."),
     # ----------------------------------------------------------------- dataflow (returns, policy, value)

@@ -538,6 +538,20 @@ def minibatches_drawn_with_replacement(mp):
     mp.setattr(torch, "randperm", randperm)     # the learner's only caller (learner/ppo.py)
 
 
+def actor_acts_on_the_previous_observation(mp):
+    from rlvitals.actors.runner import EnvRunner
+
+    original = EnvRunner._act
+
+    def _act(self, policy, obs):
+        # The policy is called on an input buffer that is refreshed after the call: it sees the last step's.
+        previous = self.__dict__.get("_planted_previous", obs)
+        self._planted_previous = obs.copy()
+        return original(self, policy, previous)
+
+    mp.setattr(EnvRunner, "_act", _act)
+
+
 def weights_one_age_behind(mp):
     from rlvitals.distributed.fleet import Fleet
 
@@ -694,6 +708,12 @@ INVARIANT_BUGS: tuple[PlantedBug, ...] = (
                what="reported episode returns summed from rewards scaled by 0.1"),
     PlantedBug("minibatches_drawn_with_replacement", "optimizer", "run", minibatches_drawn_with_replacement,
                invariant="minibatch_coverage", what="each epoch's minibatch indices drawn with replacement"),
+    PlantedBug("actor_acts_on_the_previous_observation", "actor", "run", actor_acts_on_the_previous_observation,
+               invariant="acted_on_stored_observation",
+               what="the actor's policy is called on the previous step's observation"),
+    PlantedBug("actor_acts_on_the_previous_observation_pendulum", "actor", "run",
+               actor_acts_on_the_previous_observation, env=PENDULUM, invariant="acted_on_stored_observation",
+               what="as actor_acts_on_the_previous_observation, on Pendulum"),
     PlantedBug("learner_keeps_every_loss_graph", "memory", "run", learner_keeps_every_loss_graph,
                invariant="memory_per_sample", what="every minibatch loss kept with its graph"),
     PlantedBug("value_coefficient_applied_twice_pendulum", "value", "run", value_coefficient_applied_twice,

@@ -19,6 +19,7 @@ import torch
 
 from rlvitals.actors.runner import EnvRunner
 from rlvitals.learner import diagnostics as diag
+from rlvitals.learner.invariants import observation_pairing
 from rlvitals.learner.networks import ActorCritic
 from rlvitals.learner.ppo import PPOLearner, PPOSettings
 
@@ -84,10 +85,32 @@ def test_observations_one_step_off_their_actions(cartpole, direction):
     assert stats["logp_discrepancy_shifted"] <= LOGP_TOLERANCE
 
 
+def test_an_actor_acting_on_the_previous_observation_is_the_actors_invariant(cartpole, monkeypatch):
+    """The rollout stores the right observations, but the policy was called on the previous step's: the shift
+    explains the disagreement, so it counts against the actor's invariant, not the learner's reading."""
+    from planted_bugs import BY_BUG
+
+    runner, net, learner = cartpole
+    BY_BUG["actor_acts_on_the_previous_observation"].apply(monkeypatch)
+    stats = learner.learn(runner.collect(net, 64))
+    split = observation_pairing(stats["logp_discrepancy"], stats["logp_discrepancy_shifted"])
+    assert split["inv_acted_on_stored_observation"] > 1e-2 and split["inv_learner_sees_actor_data"] == 0.0
+
+
+def test_the_split_of_the_discrepancy_by_hand():
+    assert observation_pairing(0.5, 0.001) == {"inv_learner_sees_actor_data": 0.0,
+                                               "inv_acted_on_stored_observation": 0.5}
+    assert observation_pairing(0.5, 0.3) == {"inv_learner_sees_actor_data": 0.5, "inv_acted_on_stored_observation": 0.0}
+    assert observation_pairing(0.5, math.nan)["inv_learner_sees_actor_data"] == 0.5    # no neighbour: the reading
+    assert all(math.isnan(v) for v in observation_pairing(math.nan, math.nan).values())   # not measured
+
+
 def test_learner_only_preprocessing_shows_in_both(cartpole):
     runner, net, learner = cartpole
     rollout = runner.collect(net, 64)
     stats = learner.learn(with_obs(rollout, rollout.obs * 1.5))   # e.g. a scaling the actor never applied
+    split = observation_pairing(stats["logp_discrepancy"], stats["logp_discrepancy_shifted"])
+    assert split["inv_learner_sees_actor_data"] > 1e-2 and split["inv_acted_on_stored_observation"] == 0.0
     assert stats["logp_discrepancy"] > 1e-2
     assert stats["logp_discrepancy_shifted"] > 1e-2
 

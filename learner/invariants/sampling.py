@@ -70,3 +70,22 @@ def sampling_statistics(dist, params, actions, logp) -> tuple[torch.Tensor, torc
         z = ((actions.to(F64) - mean) / log_std.exp()).sum(0) / math.sqrt(n)
     excess = logp.to(F64).sum() + entropy.sum()
     return (excess / (variance + n * TAU ** 2).sqrt()).abs(), z.abs().amax()
+
+
+PAIRED_ELSEWHERE = 0.01
+"""A neighbouring step's observation explains the disagreement when it leaves under this share of it."""
+
+
+def observation_pairing(plain: float, shifted: float) -> dict[str, float]:
+    """Split `logp_discrepancy` (learner/diagnostics.py) between the two invariants it can break.
+
+    With the weights that acted, the learner's log-probability of each behaviour action disagrees with the
+    actor's (`plain`). If the learner's value at a neighbouring step's observation agrees (`shifted` under
+    PAIRED_ELSEWHERE of `plain`), the actor acted on another step's observation than the one stored with the
+    action (`inv_acted_on_stored_observation`, the actor's); otherwise the learner reads the same observation
+    differently (`inv_learner_sees_actor_data`, preprocessing). NaN stays NaN (not measured)."""
+    if plain != plain:
+        return {"inv_learner_sees_actor_data": plain, "inv_acted_on_stored_observation": plain}
+    paired_elsewhere = shifted == shifted and shifted <= PAIRED_ELSEWHERE * plain
+    return {"inv_learner_sees_actor_data": 0.0 if paired_elsewhere else plain,
+            "inv_acted_on_stored_observation": plain if paired_elsewhere else 0.0}
