@@ -356,3 +356,14 @@ def test_fault_breaks_exactly_its_invariant(name, monkeypatch):
         values = measured(stats[fault.from_update:], key)
         assert len(values) >= 2 and all(v > LIMIT[key] for v in values), (key, values)
     assert_healthy(stats, skip={f"inv_{k}" for k in fault.breaks + fault.also})
+
+
+def test_telemetry_disagreement_by_hand():
+    """Equal values agree whatever the floor (all-zero advantages on a probe: 0 / 0 read as a disagreement of 1
+    and raised telemetry_recomputed on a healthy Probe3 run); undefined on one side only is 1."""
+    from rlvitals.learner.invariants.telemetry import _disagreement
+
+    t = lambda *v: [torch.tensor(x, dtype=F64) for x in v]  # noqa: E731
+    gaps = _disagreement(t(0.0, 1.0, math.nan, math.nan, 1.02), t(0.0, 1.0, 0.5, math.nan, 1.0),
+                         t(0.0, 0.0, 0.01, 0.01, 0.01))
+    assert gaps[:3].tolist() == [0.0, 0.0, 1.0] and math.isnan(gaps[3]) and gaps[4] == pytest.approx(0.02)

@@ -29,10 +29,12 @@ FLOORS = {"residual_variance": 0.01, "relative_entropy": 0.01, "clip_fraction": 
 
 
 def _disagreement(exported: list[torch.Tensor], reference: list[torch.Tensor], floor: list) -> torch.Tensor:
-    """Per quantity |exported - reference| / max(|reference|, floor); NaN when both are undefined, 1 when one is."""
+    """Per quantity |exported - reference| / max(|reference|, floor); 0 when equal; NaN when both are undefined,
+    1 when one is."""
     exported, reference = torch.stack([e.to(F64) for e in exported]), torch.stack([r.to(F64) for r in reference])
     floor = torch.stack([torch.as_tensor(f, dtype=F64, device=reference.device) for f in floor])
     gap = (exported - reference).abs() / torch.maximum(reference.abs(), floor)
+    gap = torch.where(exported == reference, 0.0, gap)    # equal, floor 0 included (all-zero advantages: 0 / 0)
     return torch.where(torch.isnan(reference) & torch.isnan(exported), NAN, torch.where(torch.isnan(gap), 1.0, gap))
 
 
