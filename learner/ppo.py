@@ -140,6 +140,10 @@ class PPOLearner:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 
+    def learning_rates(self) -> list[float]:
+        """The learning rate of each of the optimizer's parameter groups, as its steps read it."""
+        return [float(group["lr"]) for group in self.optimizer.param_groups]
+
     def learn(self, rollout: Rollout) -> dict[str, float]:
         """One batch: V-trace targets at arrival, then epochs x minibatches of PPO steps."""
         staleness, age_before, scale_before = self.net.age - rollout.policy_age, self.net.age, self.reward_scale

@@ -26,7 +26,7 @@ from rlvitals.actors.episode_witness import EpisodeWitness
 from rlvitals.actors.rollout import Rollout
 from rlvitals.actors.streams import StreamIndependence
 from rlvitals.actors.witness import boundary_statistics
-from rlvitals.learner.invariants import observation_pairing
+from rlvitals.learner.invariants import learning_rate_gap, observation_pairing, scheduled_learning_rate
 from rlvitals.telemetry.health import HealthMonitor
 from rlvitals.telemetry.interface import or_null
 from rlvitals.telemetry.invariants import InvariantMonitor
@@ -138,6 +138,9 @@ class Run:
             learn = self._arrived(rollout)
         stats = self.learner.learn(rollout) if learn else {}
         with phase("invariants"):
+            if learn:   # the optimizer's rates against the config's schedule, recomputed on its own
+                stats["inv_learning_rate_as_configured"] = learning_rate_gap(self.learner.learning_rates(),
+                                                                             self._expected_lr)
             stats.update(boundary_statistics(rollout))  # what arrived against the env's raw output
             stats.update(self.streams.observe(rollout))  # each env draws its own episodes
             stats.update(self.episodes.observe(rollout))  # the episodes reported are the env's
@@ -194,9 +197,11 @@ class Run:
             return False
         if not self._inputs_ok(rollout):
             return False
-        if self.cfg.anneal_lr:
-            frac = max(0.0, 1 - t.env_steps / self.cfg.total_env_steps)
-            self.learner.set_learning_rate(self.cfg.learning_rate * frac)
+        # Set every batch, annealed or not: a resumed optimizer's state holds the rate it was saved with.
+        frac = max(0.0, 1 - t.env_steps / self.cfg.total_env_steps) if self.cfg.anneal_lr else 1.0
+        self.learner.set_learning_rate(self.cfg.learning_rate * frac)
+        self._expected_lr = scheduled_learning_rate(self.cfg.learning_rate, self.cfg.anneal_lr, t.env_steps,
+                                                    self.cfg.total_env_steps)
         return True
 
     def report_idle(self) -> None:

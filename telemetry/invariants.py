@@ -264,6 +264,16 @@ INVARIANTS: tuple[Invariant, ...] = (
         "term."),
     # ----------------------------------------------------------------- optimisation
     Invariant(
+        "learning_rate_as_configured", "optimisation", "optimizer", 1e-6, 2,
+        "The optimizer steps with another learning rate than the config's schedule",
+        "The learning rate in the optimizer's parameter groups differs from the one the config asks for at this "
+        "point of the run (learning_rate, decayed linearly to 0 over total_env_steps with anneal_lr): the "
+        "optimizer was built without the configured rate (a library default), the schedule is computed wrong "
+        "(a decay on updates instead of env steps, a fraction inverted), or the rate is never set.",
+        "The reference recomputes the schedule from the config and the run's env steps at the batch's arrival, "
+        "apart from the code that sets it, and reads every group's rate after the update; a correct run sets "
+        "exactly that float, so the relative difference is 0 (limit 1e-6)."),
+    Invariant(
         "minibatch_coverage", "optimisation", "optimizer", 0.0, 2,
         "The update's minibatches do not cover the batch once per epoch",
         "Some valid samples of the batch took part in more or fewer minibatch steps than there are epochs: "

@@ -552,6 +552,29 @@ def actor_acts_on_the_previous_observation(mp):
     mp.setattr(EnvRunner, "_act", _act)
 
 
+def learning_rate_decayed_per_update(mp):
+    from rlvitals.learner.ppo import PPOLearner
+
+    original = PPOLearner.set_learning_rate
+
+    def set_learning_rate(self, lr):
+        # The linear decay counted in updates against a total counted in env steps: the rate is gone at once.
+        updates = self.__dict__.setdefault("_planted_updates", 0) + 1
+        self._planted_updates = updates
+        original(self, lr * max(0.0, 1.0 - 16 * updates / 1000))
+
+    mp.setattr(PPOLearner, "set_learning_rate", set_learning_rate)
+
+
+def learning_rate_written_to_the_defaults(mp):
+    from rlvitals.learner.ppo import PPOLearner
+
+    def set_learning_rate(self, lr):
+        self.optimizer.defaults["lr"] = lr      # read only when a group is added: the steps keep the first rate
+
+    mp.setattr(PPOLearner, "set_learning_rate", set_learning_rate)
+
+
 def weights_one_age_behind(mp):
     from rlvitals.distributed.fleet import Fleet
 
@@ -714,6 +737,12 @@ INVARIANT_BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("actor_acts_on_the_previous_observation_pendulum", "actor", "run",
                actor_acts_on_the_previous_observation, env=PENDULUM, invariant="acted_on_stored_observation",
                what="as actor_acts_on_the_previous_observation, on Pendulum"),
+    PlantedBug("learning_rate_decayed_per_update", "optimizer", "run", learning_rate_decayed_per_update,
+               invariant="learning_rate_as_configured",
+               what="the learning rate's linear decay counted in updates: it reaches 0 within 63 updates"),
+    PlantedBug("learning_rate_written_to_the_defaults", "optimizer", "run", learning_rate_written_to_the_defaults,
+               invariant="learning_rate_as_configured",
+               what="the annealed rate written to the optimizer's defaults, not its groups: it never decays"),
     PlantedBug("learner_keeps_every_loss_graph", "memory", "run", learner_keeps_every_loss_graph,
                invariant="memory_per_sample", what="every minibatch loss kept with its graph"),
     PlantedBug("value_coefficient_applied_twice_pendulum", "value", "run", value_coefficient_applied_twice,

@@ -157,6 +157,7 @@ def test_a_local_cartpole_run_records_every_statistic_and_they_hold(tmp_path):
     assert len(stats) >= updates and all(set(KEYS) <= set(s) for s in stats)
     # The run's own judgement (its last row) holds every learner invariant.
     assert {key: telemetry.stats[-1][key.replace("inv_", "inv_broken_")] for key in KEYS} == dict.fromkeys(KEYS, 0.0)
+    assert all(s["inv_learning_rate_as_configured"] == 0.0 for s in stats)   # set by the run, judged by it
     assert_healthy(stats)
     assert len(measured(stats, "inv_returns_recomputed")) == sum(is_sampled(u) for u in range(len(stats)))
     assert len(measured(stats, "inv_sampling_logp")) == len(stats)
@@ -367,3 +368,28 @@ def test_telemetry_disagreement_by_hand():
     gaps = _disagreement(t(0.0, 1.0, math.nan, math.nan, 1.02), t(0.0, 1.0, 0.5, math.nan, 1.0),
                          t(0.0, 0.0, 0.01, 0.01, 0.01))
     assert gaps[:3].tolist() == [0.0, 0.0, 1.0] and math.isnan(gaps[3]) and gaps[4] == pytest.approx(0.02)
+
+
+def test_learning_rate_reference_by_hand():
+    from rlvitals.learner.invariants import learning_rate_gap, scheduled_learning_rate
+
+    assert scheduled_learning_rate(1e-3, False, 900, 1000) == 1e-3
+    assert scheduled_learning_rate(1e-3, True, 250, 1000) == pytest.approx(7.5e-4)
+    assert scheduled_learning_rate(1e-3, True, 2000, 1000) == 0.0
+    assert learning_rate_gap([7.5e-4, 7.5e-4], 7.5e-4) == 0.0
+    assert learning_rate_gap([1e-3], 7.5e-4) == pytest.approx(1 / 3)
+    assert learning_rate_gap([1e-9], 0.0) == 1.0 and learning_rate_gap([0.0], 0.0) == 0.0
+    assert math.isnan(learning_rate_gap([], 1e-3))
+
+
+@pytest.mark.parametrize("bug", ["learning_rate_written_to_the_defaults", "learning_rate_decayed_per_update"])
+def test_a_learning_rate_off_its_schedule_breaks_its_invariant_in_a_run(bug, tmp_path, monkeypatch):
+    BY_BUG[bug].apply(monkeypatch)
+    cfg = TrainConfig(env="CartPole-v1", progress=False, num_envs=8, rollout_length=128, device="cpu",
+                      total_env_steps=8 * 128 * 4, run_dir=str(tmp_path / "run")).validate()
+    telemetry = CapturingTelemetry("standard")
+    train_in(cfg, ["test"], telemetry)
+    values = [row["inv_learning_rate_as_configured"] for row in telemetry.stats
+              if "inv_learning_rate_as_configured" in row]
+    # every update after the first is off the schedule (the last, at the schedule's end, may meet it at 0)
+    assert sum(v > LIMIT["inv_learning_rate_as_configured"] for v in values[1:]) >= 3, values

@@ -19,11 +19,11 @@ calls PPOLearner makes.
 from .common import F64, LOSS_GRADIENT_TOLERANCE, NAN, SPREAD_FLOOR
 from .dataflow import loss_gradient_errors, returns_error
 from .hooks import KEYS, SAMPLED_EVERY, SAMPLED_FIRST, LearnerInvariants, is_sampled
-from .optimisation import MOVED_FRACTION, optimizer_coverage, policy_share
+from .optimisation import MOVED_FRACTION, learning_rate_gap, optimizer_coverage, policy_share, scheduled_learning_rate
 from .sampling import TAU, observation_pairing, sampling_statistics
 from .telemetry import FLOORS, arrival_disagreement, flat_target_spread
 
 __all__ = ["F64", "FLOORS", "KEYS", "LOSS_GRADIENT_TOLERANCE", "MOVED_FRACTION", "NAN", "SAMPLED_EVERY",
            "SAMPLED_FIRST", "SPREAD_FLOOR", "TAU", "LearnerInvariants", "arrival_disagreement", "flat_target_spread",
-           "is_sampled", "loss_gradient_errors", "observation_pairing", "optimizer_coverage", "policy_share",
-           "returns_error", "sampling_statistics"]
+           "is_sampled", "learning_rate_gap", "loss_gradient_errors", "observation_pairing", "optimizer_coverage",
+           "policy_share", "returns_error", "sampling_statistics", "scheduled_learning_rate"]

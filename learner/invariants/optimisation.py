@@ -91,3 +91,21 @@ def optimizer_coverage(params: list[torch.Tensor], optimizer, grad_norms: torch.
     judged = grad_norms > MOVED_FRACTION * grad_norms.amax()
     frozen = (judged & ~moved).sum()
     return (frozen + missing).float()
+
+
+def scheduled_learning_rate(learning_rate: float, anneal: bool, env_steps: float, total_env_steps: float) -> float:
+    """The learning rate the config asks for after `env_steps` (the reference of learning_rate_as_configured):
+    constant, or decayed linearly to 0 at `total_env_steps`."""
+    if not anneal:
+        return float(learning_rate)
+    return float(learning_rate) * max(0.0, 1.0 - float(env_steps) / float(total_env_steps))
+
+
+def learning_rate_gap(rates: list[float], expected: float) -> float:
+    """inv_learning_rate_as_configured: the largest |lr - expected| / expected over the optimizer's groups (1 for
+    any non-zero rate where 0 is expected); NaN without groups."""
+    if not rates:
+        return float("nan")
+    if expected <= 0:
+        return 1.0 if any(r != 0 for r in rates) else 0.0
+    return max(abs(r - expected) / expected for r in rates)
