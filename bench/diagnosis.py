@@ -396,12 +396,12 @@ def main(argv: list[str] | None = None) -> Path:
     for bug in bugs:
         results = {}
         if not args.skip_run:
-            results["run"] = run_unit({"kind": "run", "bug": bug.name, "budget_s": args.budget},
-                                      timeout=args.budget + 240)
+            budget = args.budget * bug.budget_scale
+            results["run"] = run_unit({"kind": "run", "bug": bug.name, "budget_s": budget}, timeout=budget + 240)
             print(f"{bug.name}: run: {_cell(results['run'])}", flush=True)
             if args.half_speed:
-                results["run_half_speed"] = run_unit({"kind": "run", "bug": bug.name, "budget_s": 2 * args.budget,
-                                                      "slowdown": 2.0}, timeout=2 * args.budget + 240)
+                results["run_half_speed"] = run_unit({"kind": "run", "bug": bug.name, "budget_s": 2 * budget,
+                                                      "slowdown": 2.0}, timeout=2 * budget + 240)
                 print(f"{bug.name}: run at half speed: {_cell(results['run_half_speed'])}", flush=True)
         if args.doctor == "all" or (args.doctor == "expected" and bug.channel == "doctor"):
             results["doctor"] = run_unit({"kind": "doctor", "bug": bug.name}, timeout=1200)

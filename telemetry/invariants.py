@@ -274,6 +274,16 @@ INVARIANTS: tuple[Invariant, ...] = (
         "apart from the code that sets it, and reads every group's rate after the update; a correct run sets "
         "exactly that float, so the relative difference is 0 (limit 1e-6)."),
     Invariant(
+        "optimizer_state_kept", "optimisation", "optimizer", 0.0, 2,
+        "The optimizer's state does not carry over from step to step",
+        "Some parameters' optimizer step count (Adam's) did not advance by exactly the update's number of "
+        "steps: the optimizer's state (its moment estimates) is cleared, replaced or rebuilt between steps, so "
+        "every step behaves as Adam's first, or some steps never reached those parameters.",
+        "Adam increments each stepped parameter's count once per step and keeps it, so over an update of k "
+        "steps every parameter with a gradient advances by exactly k; the counts are exact (no false alarm). "
+        "Not measured for optimizers without a step count; an update the non-finite guard undid restarts the "
+        "moments after it is judged."),
+    Invariant(
         "minibatch_coverage", "optimisation", "optimizer", 0.0, 2,
         "The update's minibatches do not cover the batch once per epoch",
         "Some valid samples of the batch took part in more or fewer minibatch steps than there are epochs: "

@@ -53,6 +53,8 @@ class PlantedBug:
     """The invariant the bug was designed to break (INVARIANT_BUGS), '' for the earlier ones."""
     doctor_rule: str = ""
     """The doctor rule expected where the doctor's tests pin it on a rule too."""
+    budget_scale: float = 1.0
+    """bench/diagnosis.py gives its run this many times the run channel's budget (a slow leak needs the samples)."""
 
 
 def _after_collect(mp: pytest.MonkeyPatch, change: Callable) -> None:
@@ -758,6 +760,7 @@ INVARIANT_BUGS: tuple[PlantedBug, ...] = (
                what="each publication carries the previous parameters under the new age"),
     PlantedBug("ray_actor_caches_every_weights_version", "memory", "run", actor_caches_every_weights_version,
                overrides={**RAY, "hidden_sizes": (512, 512), "rollout_length": 32}, mode="ray", in_actors=True,
+               budget_scale=3.0,
                invariant="memory_per_sample",
                what="Ray actors keep a float64 copy of every weights version they load (a cache nothing evicts)"),
     PlantedBug("ray_actors_share_one_seed", "actor", "run", actors_share_one_seed, overrides=RAY, mode="ray",

@@ -143,6 +143,7 @@ def test_every_statistic_holds_on_healthy_updates(env_id, settings):
         assert s["inv_loss_gradient_policy"] < 1e-5 and s["inv_loss_gradient_value"] < 1e-5
         assert s["inv_loss_gradient_entropy"] < 1e-5   # entropy_coef 0: the entropies' values alone
         assert s["inv_optimizer_coverage"] == 0 and s["inv_minibatch_coverage"] == 0
+        assert s["inv_optimizer_state_kept"] == 0
         assert s["inv_telemetry_recomputed"] < 1e-4
         assert s["inv_sampling_logp"] < 5 and s["inv_sampling_frequency"] < 5
 
@@ -341,6 +342,8 @@ FAULTS = {
     "rewards_huge": Fault(rewards_huge, ("policy_starved",)),
     "minibatches_drawn_with_replacement": Fault(BY_BUG["minibatches_drawn_with_replacement"].apply,
                                                 ("minibatch_coverage",)),
+    "optimizer_state_reset_every_step": Fault(BY_BUG["optimizer_state_reset_every_step"].apply,
+                                              ("optimizer_state_kept",)),
     "residual_variance_swapped": Fault(residual_variance_swapped, ("telemetry_recomputed",)),
     "kl_of_the_wrong_distributions": Fault(BY_BUG["kl_compares_the_wrong_distributions"].apply,
                                            ("telemetry_recomputed",)),

@@ -8,7 +8,7 @@ import torch
 from ..reference_returns import vtrace_reference
 from .common import F64, LOSS_GRADIENT_TOLERANCE, NAN, _largest, _log_prob, _relative_error_of
 from .dataflow import loss_gradient_errors, returns_error
-from .optimisation import _norm, _norms, optimizer_coverage, policy_share
+from .optimisation import _norm, _norms, optimizer_coverage, optimizer_state_gap, optimizer_steps, policy_share
 from .sampling import sampling_statistics
 from .telemetry import arrival_disagreement, flat_target_spread, update_disagreement
 
@@ -16,7 +16,7 @@ SAMPLED_FIRST, SAMPLED_EVERY = 16, 8
 KEYS = ("inv_sampling_logp", "inv_sampling_frequency", "inv_behaviour_record", "inv_returns_recomputed",
         "inv_loss_gradient_policy", "inv_loss_gradient_value", "inv_loss_gradient_entropy",
         "inv_optimizer_coverage", "inv_gradient_of_loss", "inv_policy_starved", "inv_telemetry_recomputed",
-        "inv_minibatch_coverage")
+        "inv_minibatch_coverage", "inv_optimizer_state_kept")
 
 
 def is_sampled(update: int) -> bool:
@@ -40,6 +40,7 @@ class LearnerInvariants:
         self.grad_before: torch.Tensor | None = None
         self.behaviour_logp: torch.Tensor | None = None
         self.arrival_telemetry: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.optimizer_steps_before: dict[int, float] | None = None
         self.uses: torch.Tensor | None = None
         """[count] how many minibatch steps each valid sample of the batch took part in (sampled updates)."""
 
@@ -51,6 +52,7 @@ class LearnerInvariants:
         self.sampled = is_sampled(learner.updates)
         self.steps, self.grad_norms, self.arrival_telemetry = [], None, None
         self.uses = torch.zeros(batch.count, dtype=torch.int32, device=learner.device) if self.sampled else None
+        self.optimizer_steps_before = optimizer_steps(learner.optimizer)
         nan = torch.full((), NAN, device=learner.device)
         self.out = dict.fromkeys(KEYS, nan)
         valid, actions = r["valid"], r["actions"]
@@ -107,6 +109,8 @@ class LearnerInvariants:
         learner = self.learner
         params = list(learner.net.parameters())
         self.out["inv_behaviour_record"] = stats["record_discrepancy"]
+        gap = optimizer_state_gap(learner.optimizer, self.optimizer_steps_before, u.steps)
+        self.out["inv_optimizer_state_kept"] = torch.full((), gap, dtype=F64, device=learner.device)
         if self.uses is not None and self.uses.numel():
             # Each epoch is one pass over the batch: every valid sample in exactly update_epochs minibatch steps.
             self.out["inv_minibatch_coverage"] = (self.uses != learner.s.update_epochs).to(F64).mean()

@@ -109,3 +109,31 @@ def learning_rate_gap(rates: list[float], expected: float) -> float:
     if expected <= 0:
         return 1.0 if any(r != 0 for r in rates) else 0.0
     return max(abs(r - expected) / expected for r in rates)
+
+
+def optimizer_steps(optimizer) -> dict[int, float]:
+    """Each parameter's step count in the optimizer's state (Adam's `step`; 0 where it has none yet), by id."""
+    out = {}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            step = optimizer.state.get(p, {}).get("step", 0.0)
+            out[id(p)] = float(step)      # a CPU scalar for Adam unless capturable or fused: no device sync
+    return out
+
+
+def optimizer_state_gap(optimizer, before: dict[int, float] | None, steps: int) -> float:
+    """inv_optimizer_state_kept: the share of parameters with a gradient whose optimizer step count did not
+    advance by exactly the update's `steps`; NaN when the optimizer keeps no step count (plain SGD) or nothing
+    was stepped."""
+    if before is None or steps <= 0:
+        return float("nan")
+    keeps_steps = isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)) or any(
+        "step" in state for state in optimizer.state.values())
+    if not keeps_steps:
+        return float("nan")
+    after = optimizer_steps(optimizer)
+    stepped = [id(p) for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+    if not stepped:
+        return float("nan")
+    off = sum(1 for key in stepped if after.get(key, 0.0) != before.get(key, 0.0) + steps)
+    return off / len(stepped)
