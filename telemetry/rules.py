@@ -294,12 +294,15 @@ RULES: tuple[Rule, ...] = (
          "Rollouts arrived older than --max-staleness learner steps and were thrown away: actors act with "
          "old weights. Check that new weights reach the actors, --rollouts-in-flight, and the learner's "
          "speed against the actors'."),
-    Rule("RLStalenessBeyondQueues", S("staleness_batches") > S("queue_capacity") + 1, 10, "fast", "critical",
+    # Held 30 updates: on a loaded 2-core machine a starved actor's batches lagged for several updates in a row
+    # (pending on 2 of 3 healthy async runs at 10). The invariants weights_frozen and weights_as_stamped name
+    # unpublished or unloaded weights first; this rule is the backstop for an actor stuck on an old network.
+    Rule("RLStalenessBeyondQueues", S("staleness_batches") > S("queue_capacity") + 1, 30, "fast", "critical",
          "weight-sync",
          "Samples are staler than the queues can explain in run {{ $labels.run_id }}",
          "Finished rollouts are learned oldest first, so with actors of like speed a batch is learned at most "
          "as many updates after it was requested as there are batches queued ahead of it (one slow actor's "
-         "batches lag more, but not every batch for 10 updates); here every batch was older still for 10 "
+         "batches lag more, but not every batch for 30 updates); here every batch was older still for 30 "
          "updates: actors keep acting with old weights (weights not published, not loaded, or an actor stuck on an old "
          "network).", after_updates=3),
     # Frozen weights, memory growing per sample and rollouts kept after learning are judged per update by the
