@@ -249,6 +249,7 @@ def whole(body: bytes, reference: set[str]) -> bool:
     return reference <= families(body)
 
 
+@pytest.mark.extended   # 15 s; test_metrics_server keeps a run up while hostile clients hold connections
 def test_fifty_concurrent_scrapers_are_all_answered_while_training(tmp_path):
     port = free_port()
     proc = start(["train", "--total-env-steps", "100000000", "--run-dir", str(tmp_path / "run"),
