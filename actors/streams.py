@@ -90,5 +90,5 @@ class StreamIndependence:
         return float(sum(len(s) * (len(s) - 1) // 2 for s in self.signatures.values()))
 
     def duplicates(self) -> list[list[tuple]]:
-        """The groups of streams that replay each other (for the summary and the message)."""
+        """The groups of streams that replay each other, by (actor, pid, column)."""
         return [streams for streams in self.signatures.values() if len(streams) > 1]
