@@ -8,7 +8,6 @@ seconds: in a test, an upper bound that only a hung run reaches.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from planted_bugs import PlantedBug, plant_in_ray_workers
+from throttle import slow_down
 
 from rlvitals.config import TrainConfig
 from rlvitals.session import train_in
@@ -45,28 +45,13 @@ class Diagnosis:
                                         v.first_seconds or 0.0, LOUD.index(v.severity)))
 
 
-def slow_down(mp: pytest.MonkeyPatch, factor: float) -> None:
-    """Every collection takes `factor` times as long: the env and the actor slowed alike, as on a slower machine."""
-    from rlvitals.actors.runner import EnvRunner
-
-    original = EnvRunner.collect
-
-    @functools.wraps(original)
-    def collect(self, policy, num_steps):
-        started = time.perf_counter()
-        rollout = original(self, policy, num_steps)
-        time.sleep((factor - 1) * (time.perf_counter() - started))
-        return rollout
-
-    mp.setattr(EnvRunner, "collect", collect)
-
-
 def diagnose(run_dir: Path, env: str = "CartPole-v1", bug: PlantedBug | None = None, budget_s: float = 60.0,
              stop_on_verdict: bool = True, seed: int = 0, slowdown: float = 1.0,
              until: Callable[[list[dict], list[Verdict]], bool] | None = None, serve_metrics: bool = False,
              **overrides) -> Diagnosis:
     """`until(rows, loud)`: stop once true, given the rows written so far and the loud verdicts fired so far.
-    `slowdown`: every collection takes that many times as long (a slower machine). `serve_metrics`: the run
+    `slowdown`: every collection and learner update takes that many times as long (a slower machine,
+    tests/throttle.py), Ray's actors included. `serve_metrics`: the run
     serves its metrics (and writes its discovery file) as `rlvitals train` does."""
     loud: list[Verdict] = []
     rows: list[dict] = []
@@ -84,11 +69,10 @@ def diagnose(run_dir: Path, env: str = "CartPole-v1", bug: PlantedBug | None = N
     cfg = TrainConfig(**cfg_fields).validate()
 
     monitor_hook = _LoudHook(loud)
-    owns_ray = plant_in_ray_workers(bug) if bug is not None else False
+    owns_ray = plant_in_ray_workers(bug, slowdown if cfg.mode == "ray" else 1.0)
     try:
         with pytest.MonkeyPatch.context() as mp:
-            if slowdown != 1.0:
-                slow_down(mp, slowdown)
+            slow_down(mp, slowdown)
             if bug is not None:
                 bug.apply(mp)
             summary, path = train_in(cfg, ["diagnose"], stop=stop, observers=[monitor_hook, rows.append],

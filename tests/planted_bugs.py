@@ -20,7 +20,8 @@ were designed afterwards from the complement of each invariant
 
 A bug with `in_actors` must also run inside Ray's actor processes, which a
 monkeypatch in this process does not reach: `plant_in_ray_workers` starts Ray
-with a worker set-up hook (`plant_from_env`) that applies it there as well.
+with a worker set-up hook (`plant_from_env`) that applies it there as well (and
+a simulated slowdown, tests/throttle.py, likewise).
 """
 
 from __future__ import annotations
@@ -614,24 +615,36 @@ PLANT_ENV = "RLVITALS_PLANTED_BUG"
 
 
 def plant_from_env() -> None:
-    """Ray worker set-up hook: apply the bug named in the environment for the life of this worker process."""
+    """Ray worker set-up hook: apply the bug named in the environment, and the slowdown, for this worker's life."""
+    from throttle import slow_from_env
+
     name = os.environ.get(PLANT_ENV)
     if name:
         BY_BUG[name].apply(pytest.MonkeyPatch())
+    slow_from_env()
 
 
-def plant_in_ray_workers(bug: PlantedBug) -> bool:
-    """Start a private Ray whose workers run `bug` too (True: started here, the caller shuts it down)."""
-    if not bug.in_actors:
+def plant_in_ray_workers(bug: PlantedBug | None, slowdown: float = 1.0) -> bool:
+    """Start a private Ray whose workers run `bug` (if it lives in the actors) and `slowdown` too.
+
+    True: started here, the caller shuts it down. False: neither needs Ray's workers (the run starts its own).
+    """
+    from throttle import SLOWDOWN_ENV
+
+    env_vars = {}
+    if bug is not None and bug.in_actors:
+        env_vars[PLANT_ENV] = bug.name
+    if slowdown != 1.0:
+        env_vars[SLOWDOWN_ENV] = str(slowdown)
+    if not env_vars:
         return False
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")   # loopback only, as rlvitals starts it
     import ray
 
     here = os.path.dirname(os.path.abspath(__file__))
-    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
+    env_vars["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
     ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, configure_logging=False,
-             runtime_env={"worker_process_setup_hook": "planted_bugs.plant_from_env",
-                          "env_vars": {PLANT_ENV: bug.name, "PYTHONPATH": path}})
+             runtime_env={"worker_process_setup_hook": "planted_bugs.plant_from_env", "env_vars": env_vars})
     return True
 
 
