@@ -27,7 +27,7 @@ An incarnation that died is judged on the last counters it sent.
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 
 from rlvitals.telemetry.memory import memory_in_use
 
@@ -121,7 +121,7 @@ class ActorAccounts:
         self.latest: dict[tuple[int, int], dict] = {}
         """(actor, pid) -> the newest counters that incarnation sent."""
         self._excess: float | None = None
-        self.memory: dict[tuple[int, int], MemoryGrowth] = {}
+        self.memory: defaultdict[tuple[int, int], MemoryGrowth] = defaultdict(MemoryGrowth)
         self._memory_per_sample: float | None = None
 
     def _note(self, counters: dict) -> tuple[int, int]:
@@ -138,7 +138,7 @@ class ActorAccounts:
             excess = max(0, self.received[key] - int(counters["produced"]))
             self._excess = excess if self._excess is None else max(self._excess, excess)
             if "memory" in counters:
-                growth = self.memory.setdefault(key, MemoryGrowth()).add(counters["samples"], counters["memory"])
+                growth = self.memory[key].add(counters["samples"], counters["memory"])
                 if growth == growth:        # not NaN: the incarnation has enough points
                     worst = self._memory_per_sample
                     self._memory_per_sample = growth if worst is None else max(worst, growth)
