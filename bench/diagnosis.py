@@ -29,7 +29,8 @@ Writes a table on stdout and bench/results/diagnosis.json (machine, load average
 per-bug rows, healthy runs, summary). Targets (issues 11 and 20): >= 90% of bugs pinned on the right
 component, >= 75% by the live channel alone (no doctor), the first right verdict within 10 updates for bugs
 visible from the first batch, median <= 60 s to the first verdict, 0 false alarms, and with --half-speed the
-same verdict (rule, component, update) when env and actor run at half speed.
+same verdict (rule, component, update) when env, actor and learner run at half speed (Ray's actors too), and
+no false alarm on each healthy env's first seed run again at half speed.
 """
 
 from __future__ import annotations
@@ -56,10 +57,13 @@ return above -250 with the HEALTHY settings takes about 300k)."""
 RAY_HEALTHY = [("CartPole-v1", 200_000, {"mode": "ray", "num_actors": 3, "actor_cpus": 0.5, "torch_threads": 1})]
 """Healthy runs of the bench only (too long for the suite): Ray's asynchronous loop, whose batches are
 several learner steps stale by design and must raise nothing for it."""
-BOX2D_HEALTHY = [("LunarLander-v3", 1_000_000, {"num_envs": 16, "rollout_length": 128, "learning_rate": 2.5e-4,
-                                                 "num_minibatches": 4, "update_epochs": 4, "entropy_coef": 0.01})]
+BOX2D_HEALTHY = [("LunarLander-v3", 1_500_000, {"num_envs": 16, "rollout_length": 1024, "learning_rate": 3e-4,
+                                                 "anneal_lr": False, "num_minibatches": 64, "update_epochs": 4,
+                                                 "gamma": 0.999, "gae_lambda": 0.98, "entropy_coef": 0.01})]
 """Healthy runs that need Box2D (`pip install -e .[box2d]`): a reward scale of hundreds, both signs, and
-long episodes, unlike the suite's envs; skipped where Box2D is not installed."""
+long episodes, unlike the suite's envs; skipped where Box2D is not installed. The settings are the usual
+tuned PPO ones for LunarLander (long rollouts, gamma 0.999, lambda 0.98, many minibatch steps), which
+reach a mean return near +200 by about 1M steps; 1.5M runs past that plateau."""
 HEALTHY_BUDGET_S = 1800.0
 """Wall-clock cap of one healthy run (it is meant to end on its env steps)."""
 TARGETS = {"pinned_fraction": 0.9, "live_pinned_fraction": 0.75, "median_seconds": 60.0, "false_alarms": 0,
@@ -143,8 +147,10 @@ def unit_healthy(job: dict) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="bench-healthy-") as tmp:
         t0 = time.perf_counter()
-        found = diagnose(Path(tmp) / "run", env=job["env"], budget_s=HEALTHY_BUDGET_S, stop_on_verdict=False,
-                         seed=job["seed"], total_env_steps=job["steps"], **job["overrides"])
+        slowdown = job.get("slowdown", 1.0)
+        found = diagnose(Path(tmp) / "run", env=job["env"], budget_s=slowdown * HEALTHY_BUDGET_S,
+                         stop_on_verdict=False, seed=job["seed"], total_env_steps=job["steps"], slowdown=slowdown,
+                         **job["overrides"])
         wall = time.perf_counter() - t0
         pending = _loud_conditions_held(found.rows)
         promtool = None
@@ -158,10 +164,21 @@ def unit_healthy(job: dict) -> dict:
                 promtool = {"ok": False, "error": str(exc)[-2000:]}
     loud = [v for v in found.verdicts if v.severity in LOUD]
     return {"env_steps": found.summary.get("env_steps"), "updates": found.summary.get("updates"),
-            "mean_return_last_100": found.summary.get("mean_return_last_100"), "wall_s": round(wall, 1),
+            "mean_return_last_100": found.summary.get("mean_return_last_100"),
+            "return_curve": return_curve(found.rows), "wall_s": round(wall, 1),
             "status": found.summary.get("status"), "false_alarms": _verdict_dicts(loud),
             "info": sorted({v.rule for v in found.verdicts if v.severity not in LOUD}),
             "pending_loud_conditions": pending, "promtool": promtool}
+
+
+def return_curve(rows: list[dict], points: int = 8) -> list[list[float]]:
+    """[env steps, mean return of the last 100 episodes] at `points` evenly spaced rows: a run past its plateau
+    ends flat."""
+    rows = [r for r in rows if r.get("return_mean") is not None and r.get("env_steps") is not None]
+    if not rows:
+        return []
+    picks = sorted({round(i * (len(rows) - 1) / (points - 1)) for i in range(points)})
+    return [[rows[i]["env_steps"], round(rows[i]["return_mean"], 1)] for i in picks]
 
 
 def _loud_conditions_held(rows: list[dict]) -> dict[str, float]:
@@ -239,7 +256,9 @@ def _box2d_healthy() -> list:
     return BOX2D_HEALTHY
 
 
-def healthy_jobs(seeds: int, promtool: bool) -> list[dict]:
+def healthy_jobs(seeds: int, promtool: bool, half_speed: bool = False, full_speed: bool = True) -> list[dict]:
+    """Each healthy env at `seeds` seeds; with `half_speed`, seed 0 once more with everything twice as slow
+    (with `full_speed` False, only that one)."""
     from test_diagnosis import HEALTHY
 
     jobs = []
@@ -248,6 +267,10 @@ def healthy_jobs(seeds: int, promtool: bool) -> list[dict]:
         for seed in range(seeds):
             jobs.append({"kind": "healthy", "env": env, "seed": seed, "steps": STEPS.get(env, steps),
                          "overrides": overrides, "promtool": promtool})
+        if half_speed:
+            jobs.append({**jobs[-seeds], "slowdown": 2.0})
+        if not full_speed:
+            del jobs[-1 - seeds:-1]
     return jobs
 
 
@@ -324,7 +347,8 @@ def print_table(rows: list[dict], healthy: list[dict], summary: dict) -> None:
     if healthy:
         print("\nhealthy run                    seed  env steps  mean return  wall s  false alarms / pending")
         for h in healthy:
-            name = h["env"] + (" (ray)" if h.get("overrides", {}).get("mode") == "ray" else "")
+            name = (h["env"] + (" (ray)" if h.get("overrides", {}).get("mode") == "ray" else "")
+                    + (" 1/2 speed" if h.get("slowdown", 1.0) != 1.0 else ""))
             if "error" in h:
                 print(f"{name:30s} {h['seed']:4d}  ERROR {h['error'][:100]}")
                 continue
@@ -366,7 +390,10 @@ def main(argv: list[str] | None = None) -> Path:
     p.add_argument("--budget", type=float, default=60.0, help="run-channel budget, seconds (default 60)")
     p.add_argument("--promtool", action="store_true", help="replay healthy runs through promtool test rules")
     p.add_argument("--half-speed", action="store_true",
-                   help="run each bug's run channel again with env and actor slowed 2x: the verdicts must match")
+                   help="run each bug's run channel again, and each healthy env's first seed, with env, actor "
+                        "and learner slowed 2x: the verdicts must match (healthy: none)")
+    p.add_argument("--half-speed-only", action="store_true",
+                   help="healthy set: only each env's first seed at half speed (its full-speed runs measured apart)")
     p.add_argument("--out", default=str(BENCH / "results" / "diagnosis.json"))
     p.add_argument("--unit", help=argparse.SUPPRESS)
     p.add_argument("--unit-out", help=argparse.SUPPRESS)
@@ -411,14 +438,17 @@ def main(argv: list[str] | None = None) -> Path:
     healthy = []
     if not args.skip_healthy:
         envs = [e for e in args.envs.split(",") if e]
-        for job in healthy_jobs(args.seeds, args.promtool):
+        for job in healthy_jobs(args.seeds, args.promtool, args.half_speed or args.half_speed_only,
+                                not args.half_speed_only):
             if envs and job["env"] not in envs:
                 continue
-            result = run_unit(job, timeout=HEALTHY_BUDGET_S + 300)
+            result = run_unit(job, timeout=job.get("slowdown", 1.0) * HEALTHY_BUDGET_S + 300)
             healthy.append({"env": job["env"], "seed": job["seed"], "steps": job["steps"],
+                            "slowdown": job.get("slowdown", 1.0),
                             "overrides": job["overrides"], **result})
             h = healthy[-1]
-            print(f"healthy {job['env']} seed {job['seed']}: "
+            print(f"healthy {job['env']} seed {job['seed']}"
+                  + (f" at 1/{job['slowdown']:g} speed" if job.get("slowdown", 1.0) != 1.0 else "") + ": "
                   + (f"ERROR {h['error'][:200]}" if "error" in h else
                      f"{h['env_steps']} steps, mean return {h['mean_return_last_100']}, "
                      f"{len(h['false_alarms'])} false alarms, pending {list(h['pending_loud_conditions'])}"),
