@@ -398,24 +398,34 @@ def run_queries(prom: str, window: int, instance: str, run: str = RUN_ID) -> lis
     return results
 
 
-def rule_times(prom: str, evals: dict[str, list[float]]) -> None:
-    """Append each group's and each rule's last evaluation time (rules keyed `group/rule`) to `evals`."""
+def rule_times(prom: str, evals: dict[str, list[float]], seen: set, intervals: dict[str, float]) -> None:
+    """Append each group's and each rule's evaluation time (rules keyed `group/rule`) to `evals`, once per
+    evaluation (`seen`: the (group, lastEvaluation) pairs taken; a group slower than the poll is polled twice)."""
     for g in api(prom, "rules")["groups"]:
+        intervals[g["name"]] = g["interval"]
+        if (g["name"], g["lastEvaluation"]) in seen:
+            continue
+        seen.add((g["name"], g["lastEvaluation"]))
         evals.setdefault(g["name"], []).append(g["evaluationTime"])
         for r in g["rules"]:
             evals.setdefault(f"{g['name']}/{r['name']}", []).append(r["evaluationTime"])
 
 
-def eval_figures(evals: dict[str, list[float]], phase: str) -> dict:
-    """Per rule group: median, max and count of its evaluation times, and its 5 slowest rules by median."""
+def eval_figures(evals: dict[str, list[float]], intervals: dict[str, float], phase: str) -> dict:
+    """Per rule group: its interval, median, max and count of its evaluation times, and its rules by median
+    (all of a fleet group's, the 5 slowest of others'); `fleet_seconds_per_scrape_interval`: the fleet groups'
+    median evaluation times, each spread over its interval, per scrape interval (Prometheus's work for them)."""
     med = {k: sorted(v)[len(v) // 2] for k, v in evals.items()}
 
     def slowest(group: str) -> dict[str, float]:
-        rules = sorted((k for k in evals if k.startswith(group + "/")), key=lambda k: -med[k])[:5]
-        return {k.split("/", 1)[1]: round(med[k], 4) for k in rules}
+        rules = sorted((k for k in evals if k.startswith(group + "/")), key=lambda k: -med[k])
+        return {k.split("/", 1)[1]: round(med[k], 4) for k in rules[:None if "fleet" in group else 5]}
 
-    return {g: {"median": med[g], "max": max(v), "n": len(v), "phase": phase, "slowest_rules": slowest(g)}
-            for g, v in evals.items() if "/" not in g}
+    out = {g: {"interval_seconds": intervals.get(g), "median": med[g], "max": max(v), "n": len(v), "phase": phase,
+               "slowest_rules": slowest(g)} for g, v in evals.items() if "/" not in g}
+    out["fleet_seconds_per_scrape_interval"] = round(sum(
+        f["median"] * SCRAPE / f["interval_seconds"] for g, f in out.items() if "fleet" in g), 4)
+    return out
 
 
 def alerts(prom: str) -> list[dict]:
@@ -483,9 +493,11 @@ def simulate(actors: int, faulty: int, healthy_seconds: float, fault_seconds: fl
             t_cpu0 = time.monotonic()
             evals: dict[str, list[float]] = {}
             fault_evals: dict[str, list[float]] = {}
+            seen: set = set()
+            intervals: dict[str, float] = {}
             healthy_alerts: dict[str, dict] = {}
             while time.monotonic() - started < healthy_seconds:
-                rule_times(prom.url, evals)
+                rule_times(prom.url, evals, seen, intervals)
                 for a in alerts(prom.url):
                     healthy_alerts.setdefault(a["labels"]["alertname"], a)
                 time.sleep(SCRAPE)
@@ -516,7 +528,7 @@ def simulate(actors: int, faulty: int, healthy_seconds: float, fault_seconds: fl
                         fired[key] = {"after_seconds": round(time.monotonic() - t_fault, 1),
                                       "value": a["value"], "labels": a["labels"],
                                       "processes": a["annotations"].get("processes", "")}
-                rule_times(prom.url, fault_evals)
+                rule_times(prom.url, fault_evals, seen, intervals)
                 time.sleep(SCRAPE / 2)
             by_path = targets_by_path(fleet)
             instances = {kind: sorted(by_path[p] for p in paths) for kind, paths in chosen.items()}
@@ -536,8 +548,8 @@ def simulate(actors: int, faulty: int, healthy_seconds: float, fault_seconds: fl
         "targets_up_after_seconds": round(ready, 1),
         "series_in_head": head["numSeries"], "samples_per_scrape_round": samples,
         "scrape_duration_seconds": scrape,
-        "rule_group_evaluation_seconds": eval_figures(evals, "healthy"),
-        "rule_group_evaluation_seconds_with_faults": eval_figures(fault_evals, "faults firing"),
+        "rule_group_evaluation_seconds": eval_figures(evals, intervals, "healthy"),
+        "rule_group_evaluation_seconds_with_faults": eval_figures(fault_evals, intervals, "faults firing"),
         "prometheus": {"resident_bytes_after_healthy": rss, "resident_bytes_at_end": rss_end,
                        "cpu_cores_busy_healthy": round(cpu_share, 3)},
         "simulator_cpu_cores_busy": round(server_share, 3),
@@ -602,6 +614,10 @@ def main(argv: list[str] | None = None) -> int:
                                    max_seconds=args.healthy_seconds + args.fault_seconds + 600)
         summary = {k: figures[str(n)][k] for k in ("series_in_head", "scrape_duration_seconds", "prometheus",
                                                    "healthy_phase_alerts", "verdicts")}
+        for phase in ("rule_group_evaluation_seconds", "rule_group_evaluation_seconds_with_faults"):
+            summary[phase] = {g: f if not isinstance(f, dict) else f["median"]
+                              for g, f in figures[str(n)][phase].items()}
+        summary["slowest_dashboard_query_seconds"] = figures[str(n)]["dashboard_queries"]["max_seconds"]
         print(json.dumps(summary), flush=True)
     config = {"actors": args.actors, "faulty_per_kind": args.faulty, "healthy_seconds": args.healthy_seconds,
               "fault_seconds": args.fault_seconds, "actors_per_node": ACTORS_PER_NODE, "level": LEVEL,

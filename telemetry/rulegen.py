@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from .conditions import duration
-from .fleet_rules import NAMES_WHAT, PROCESSES, RECORDING
+from .fleet_rules import GROUP_OF, GROUPS, NAMES_WHAT, PROCESSES, RECORDING
 from .rules import RULES, Rule, thresholds
 from .verdicts import COMPONENTS
 
@@ -53,10 +53,11 @@ HEADER = """\
 # (rlvitals_rule_held_updates) and the alert fires when that reaches the rule's
 # hold, so alerts and the run's verdicts.json agree on any machine. Live-only
 # rules (scrape health, GPU memory, progress that stopped) are PromQL with a `for`.
-# Fleet rules (telemetry/fleet_rules.py, group rlvitals-fleet: recording rules of
+# Fleet rules (telemetry/fleet_rules.py, groups rlvitals-fleet*: recording rules of
 # per-actor rates and the fleet's median and spread, then the alerts) are one alert
 # per run whose value counts the processes affected; their `processes` annotation
-# names a few by instance and node.
+# names a few by instance and node. The fleet's statistics (every 15 s) and memory
+# growth (every 30 s) have groups of their own: they move slowly and cost most.
 """
 
 
@@ -65,9 +66,11 @@ def render_rules() -> str:
     for horizon in ("fast", "slow"):
         rules = [alert(r) for r in RULES if r.horizon == horizon and r.name not in PROCESSES]
         groups.append({"name": f"rlvitals-{horizon}", "rules": rules})
-    # Fleet rules: their recording rules first, so each alert reads this evaluation's fleet statistics.
-    fleet = [{"record": name, "expr": expr} for name, expr in RECORDING]
-    groups.append({"name": "rlvitals-fleet", "rules": fleet + [alert(r) for r in RULES if r.name in PROCESSES]})
+    # Fleet rules: in each group its recording rules first, so each alert reads this evaluation's verdicts.
+    for name, interval in GROUPS.items():
+        recorded = [{"record": series, "expr": expr} for series, expr, group in RECORDING if group == name]
+        alerts = [alert(r) for r in RULES if GROUP_OF.get(r.name) == name]
+        groups.append({"name": name, **({"interval": interval} if interval else {}), "rules": recorded + alerts})
     body = yaml.safe_dump({"groups": groups}, sort_keys=False, width=110, allow_unicode=True)
     return HEADER + body
 
@@ -105,7 +108,7 @@ def render_docs() -> str:
            "thresholds are scale-free: they compare with the reward scale and the horizon 1/(1-gamma).",
            "- **live only**: reads series the run does not record (scrape health, GPU); Prometheus only.",
            "- **fleet rules** (`telemetry/fleet_rules.py`) compare each actor with its peers: the fleet's median and "
-           "its spread (1.4826 x the median absolute deviation), with a floor on the spread so a fleet of ordinary "
+           "its spread (the interquartile range / 1.349), with a floor on the spread so a fleet of ordinary "
            "spread never alerts. Each is one alert per run (and kind of process) whose value counts the processes "
            "affected; its `processes` annotation names a few by instance and node. They are live only: a run's "
            "rows hold run-level values, not one per actor, so `verdicts.json` cannot name an actor; Prometheus "
@@ -124,9 +127,12 @@ def render_docs() -> str:
            "## Components", "", "| component | what it covers |", "|---|---|"]
     out += [f"| `{name}` | {text} |" for name, text in COMPONENTS.items()]
     out += ["", "## Fleet recording rules", "",
-            "The fleet rules compare each actor with these, recorded once per evaluation in the `rlvitals-fleet` "
-            "group (`actor:` one series per actor, `run:` one per run):", "", "| series | PromQL |", "|---|---|"]
-    out += [f"| `{name}` | `{expr}` |" for name, expr in RECORDING]
+            "The fleet rules compare each actor with these (`actor:` one series per actor, `run:` one per run), "
+            "recorded in three groups by how fast they move: "
+            + "; ".join(f"`{g}` every {i or 'scrape interval (5 s)'}" for g, i in GROUPS.items())
+            + ". A verdict compares an actor's latest figure with its fleet's statistics of at most one "
+            "statistics interval ago.", "", "| series | group | PromQL |", "|---|---|---|"]
+    out += [f"| `{name}` | `{group}` | `{expr}` |" for name, expr, group in RECORDING]
     out += ["", "## Rules", "", "| rule | horizon | severity | component | hold |", "|---|---|---|---|---|"]
     out += [f"| [{r.name}](#{r.anchor}) | {r.horizon} | {r.severity} | {r.component} | {_hold(r)} |"
             for r in RULES]

@@ -22,7 +22,7 @@ import yaml
 from rlvitals.telemetry import rulegen
 from rlvitals.telemetry.catalogue import BY_NAME
 from rlvitals.telemetry.conditions import Delta, Increase
-from rlvitals.telemetry.fleet_rules import PROCESSES, RECORDING
+from rlvitals.telemetry.fleet_rules import GROUPS, PROCESSES, RECORDING
 from rlvitals.telemetry.health import HealthMonitor, RowSeries, evaluate_rows
 from rlvitals.telemetry.rules import RULES, Live, S, thresholds
 from rlvitals.telemetry.verdicts import COMPONENTS
@@ -57,7 +57,7 @@ def test_every_rule_is_well_formed():
     assert [a["alert"] for a in alerts] == [r.name for r in RULES if r.horizon == "fast" and r.name not in PROCESSES] \
         + [r.name for r in RULES if r.horizon == "slow"] + list(PROCESSES)
     recorded = [r["record"] for g in generated["groups"] for r in g["rules"] if "record" in r]
-    assert recorded == [name for name, _ in RECORDING]
+    assert recorded == [name for g in GROUPS for name, _, group in RECORDING if group == g]
     for a in alerts:
         assert a["labels"]["component"] in COMPONENTS
         anchor = a["annotations"]["runbook_url"].split("#", 1)[1]

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from rlvitals.telemetry import rulegen
-from rlvitals.telemetry.fleet_rules import FLEET, NAMED, MiB
+from rlvitals.telemetry.fleet_rules import FLEET, GROUPS, NAMED, MiB
 
 pytestmark = pytest.mark.skipif(shutil.which("promtool") is None,
                                 reason="promtool is not on PATH (bash deploy/setup.sh --test installs it)")
@@ -74,7 +74,9 @@ class Fleet:
             for t in times:
                 faulty = t > FAULT_AT
                 gone = faulty and i in self.down
-                rate = speed * (0.2 if faulty and i in self.slowed else 1.0)
+                # a tenth of its speed: with the fleet spread +-30%, well beyond 3 robust deviations whatever its
+                # own speed was (a fifth would sit at the bound for the fastest actors)
+                rate = speed * (0.1 if faulty and i in self.slowed else 1.0)
                 if not (faulty and i in self.stalled):
                     done += rate * STEP
                 steps.append("stale" if gone else str(int(done // rollout) * rollout))
@@ -122,7 +124,10 @@ def promtool(fleet: Fleet, expected: dict[int, dict[str, list[dict]]], tmp_path:
     """Run promtool on `fleet`'s series; at each time, each fleet rule fires exactly the alerts given."""
     tests = [{"eval_time": f"{t}s", "alertname": name, "exp_alerts": by_rule.get(name, [])}
              for t, by_rule in expected.items() for name in FLEET_RULES]
+    # promtool evaluates every group at its evaluation_interval, whatever the group's own interval; the order
+    # is fixed as in the file, so a verdict reads the statistics of the previous evaluation, as it may live.
     spec = {"rule_files": [str(rulegen.RULES_FILE)], "evaluation_interval": f"{STEP}s",
+            "group_eval_order": [g["name"] for g in yaml.safe_load(rulegen.RULES_FILE.read_text())["groups"]],
             "tests": [{"interval": f"{STEP}s", "input_series": fleet.series(), "alert_rule_test": tests}]}
     path = tmp_path / "fleet_test.yml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False, width=1 << 20))
@@ -143,11 +148,8 @@ def test_a_healthy_fleet_with_ordinary_spread_raises_nothing(seed, tmp_path):
 def test_one_faulty_actor_among_50_is_named_within_10_intervals(fault, rule, tmp_path):
     fleet = Fleet(**{fault: {17}})
     found = [alert(rule, 1, [17])]
-    expected = {FAULT_AT: {}, FAULT_AT + DETECT_WITHIN: {rule: found}, END: {rule: found}}
-    if fault == "stalled":   # an actor that stopped stepping is also the slowest
-        for t in (FAULT_AT + DETECT_WITHIN, END):
-            expected[t]["RLActorSlow"] = [alert("RLActorSlow", 1, [17])]
-    promtool(fleet, expected, tmp_path)
+    # a stalled actor is also the slowest, but only RLActorStalled names it: one problem, one alert
+    promtool(fleet, {FAULT_AT: {}, FAULT_AT + DETECT_WITHIN: {rule: found}, END: {rule: found}}, tmp_path)
 
 
 def test_a_leaking_actor_is_named_and_a_fleet_wide_leak_is_no_outlier(tmp_path):
@@ -165,9 +167,10 @@ def test_one_large_allocation_is_no_leak(tmp_path):
 def test_alerts_only_count_and_rank_recorded_verdicts():
     """The per-actor work is done once per interval by the recording rules; each alert and its `processes`
     annotation read one recorded verdict series (a few series), not the fleet's raw series again."""
-    (group,) = [g for g in yaml.safe_load(rulegen.RULES_FILE.read_text())["groups"] if g["name"] == "rlvitals-fleet"]
-    recorded = [r["record"] for r in group["rules"] if "record" in r]
-    alerts = [r for r in group["rules"] if "alert" in r]
+    fleet = [r for g in yaml.safe_load(rulegen.RULES_FILE.read_text())["groups"] if g["name"] in GROUPS
+             for r in g["rules"]]
+    recorded = [r["record"] for r in fleet if "record" in r]
+    alerts = [r for r in fleet if "alert" in r]
     assert [a["alert"] for a in alerts] == FLEET_RULES
     for a in alerts:
         (verdict,) = re.fullmatch(r"count by \([a-z_, ]+\) \(([a-z_:0-9]+)\)", a["expr"]).groups()
@@ -177,7 +180,7 @@ def test_alerts_only_count_and_rank_recorded_verdicts():
     raw = {"rlvitals_actor_env_steps_total": 2, "rlvitals_actor_network_age": 3,
            "rlvitals_process_resident_memory_bytes": 1, "up": 1}
     for metric, most in raw.items():
-        readers = [r["record"] for r in group["rules"] if re.search(rf"(?<![a-z_:]){metric}\b", r["expr"])]
+        readers = [r["record"] for r in fleet if re.search(rf"(?<![a-z_:]){metric}\b", r["expr"])]
         assert len(readers) <= most, (metric, readers)
 
 
