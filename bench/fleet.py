@@ -384,18 +384,25 @@ def dashboard_queries(instance: str, window: int, run: str = RUN_ID) -> list[dic
     return out
 
 
-def run_queries(prom: str, window: int, instance: str, run: str = RUN_ID) -> list[dict]:
-    results = []
+def run_queries(prom: str, window: int, instance: str, run: str = RUN_ID, passes: int = 3) -> list[dict]:
+    """Each dashboard query `passes` times (one pass over all of them after another, so a rule evaluation or
+    compaction that lands on one run of a query does not decide its figure): the median and every run."""
+    queries = dashboard_queries(instance, window, run)
+    runs: list[list[float]] = [[] for _ in queries]
+    series = [0] * len(queries)
     end = time.time()
-    for q in dashboard_queries(instance, window, run):
-        t0 = time.perf_counter()
-        if q["instant"]:
-            data = api(prom, "query", query=q["expr"], time=end)
-        else:
-            data = api(prom, "query_range", query=q["expr"], start=end - window, end=end, step=SCRAPE)
-        results.append({"dashboard": q["dashboard"], "panel": q["panel"], "legend": q["legend"],
-                        "seconds": round(time.perf_counter() - t0, 4), "series": len(data["result"])})
-    return results
+    for _ in range(passes):
+        for i, q in enumerate(queries):
+            t0 = time.perf_counter()
+            if q["instant"]:
+                data = api(prom, "query", query=q["expr"], time=end)
+            else:
+                data = api(prom, "query_range", query=q["expr"], start=end - window, end=end, step=SCRAPE)
+            runs[i].append(round(time.perf_counter() - t0, 4))
+            series[i] = len(data["result"])
+    return [{"dashboard": q["dashboard"], "panel": q["panel"], "legend": q["legend"],
+             "seconds": sorted(r)[len(r) // 2], "runs_seconds": r, "series": n}
+            for q, r, n in zip(queries, runs, series, strict=True)]
 
 
 def rule_times(prom: str, evals: dict[str, list[float]], seen: set, intervals: dict[str, float]) -> None:

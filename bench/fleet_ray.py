@@ -138,9 +138,11 @@ def one_size(actors: int, envs: int, healthy_seconds: float, root: Path) -> dict
         rss0, cpu0 = prom.usage()
         t0 = time.monotonic()
         evals: dict[str, list[float]] = {}
+        seen: set = set()
+        intervals: dict[str, float] = {}
         healthy: dict[str, dict] = {}
         while time.monotonic() - t0 < healthy_seconds:
-            rule_times(prom.url, evals)
+            rule_times(prom.url, evals, seen, intervals)
             for a in alerts(prom.url):
                 healthy.setdefault(a["labels"]["alertname"], {"state": a["state"], "processes": sorted(named(a))})
             time.sleep(SCRAPE)
@@ -194,7 +196,7 @@ def one_size(actors: int, envs: int, healthy_seconds: float, root: Path) -> dict
         "every_actor_scraped_after_seconds": round(scraped_after, 1), "series_in_head": series,
         "prometheus": {"resident_bytes_healthy": rss, "resident_bytes_at_end": rss_end,
                        "cpu_cores_busy_healthy": round(cpu_share, 3)},
-        "rule_group_evaluation_seconds": eval_figures(evals, "healthy"),
+        "rule_group_evaluation_seconds": eval_figures(evals, intervals, "healthy"),
         "dashboard_queries": {"count": len(queries), "max_seconds": max(q["seconds"] for q in queries),
                               "max_series_per_panel": max(per_panel.values()),
                               "fleet_panels": {k: v for k, v in per_panel.items() if "actors" in k.lower()}},
