@@ -304,10 +304,10 @@ def _unusable(exc: OSError, given: str | None) -> str:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from .doctor.command import run_command
     from .validate import check_seed_flag
 
-    check_seed_flag("--seed", args.seed)
+    check_seed_flag("--seed", args.seed)   # before the doctor's imports (torch): a bad flag is said at once
+    from .doctor.command import run_command
 
     return run_command(args)
 
