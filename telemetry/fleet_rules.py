@@ -11,11 +11,11 @@ found and named even though run-level sums barely move. So:
   the fleet median, and the fleet's spread as its interquartile range / 1.349
   (the standard deviation a normal fleet would have, unmoved by the outliers
   themselves while they are under a quarter of the fleet; unlike the median
-  absolute deviation it needs no pass that joins every actor to its median). An actor is an outlier when it is more than `SIGMAS`
-  spreads from the median *and* beyond a floor that says what matters on any
-  env (half the median's speed, 20 s of the learner's progress, 16 MiB a
-  minute), so a
-  fleet with ordinary spread, however tight, raises nothing. Each rule is one
+  absolute deviation it needs no pass that joins every actor to its median).
+  An actor is an outlier when it is more than `SIGMAS` spreads from the median
+  *and* beyond a floor that says what matters on any env (half the median's
+  speed, 20 s of the learner's progress, 16 MiB a minute), so a fleet with
+  ordinary spread, however tight, raises nothing. Each rule is one
   alert per run whose value is the number of outliers; the `processes`
   annotation names the worst few with their node.
 
