@@ -284,6 +284,18 @@ INVARIANTS: tuple[Invariant, ...] = (
         "Not measured for optimizers without a step count; an update the non-finite guard undid restarts the "
         "moments after it is judged."),
     Invariant(
+        "gradient_clipped_as_configured", "optimisation", "optimizer", 1e-3, 2,
+        "The gradient is not clipped as configured",
+        "The gradient the optimizer steps with is not the minibatch's gradient clipped by its global norm to "
+        "max_grad_norm: it is clipped per parameter or by value, at another norm, not at all, or changed "
+        "between the clip and the step. Every step is then larger or smaller than configured, and in other "
+        "directions when parameters are clipped apart.",
+        "On each update's first minibatch, the flat gradient after the clip, c, against the one before it, g. "
+        "Clipping by the global norm gives exactly g * min(1, max_grad_norm / ||g||); the statistic is "
+        "||c - g * min(1, max_grad_norm / ||g||)|| / ||g * min(...)||, float32 rounding (about 1e-7) in a "
+        "correct learner in any precision, so the limit 1e-3 leaves room for nothing but a fault (no false "
+        "alarm). Clipping each parameter on its own, by value or at another norm reads 1e-2 and more."),
+    Invariant(
         "minibatch_coverage", "optimisation", "optimizer", 0.0, 2,
         "The update's minibatches do not cover the batch once per epoch",
         "Some valid samples of the batch took part in more or fewer minibatch steps than there are epochs: "

@@ -541,6 +541,31 @@ def minibatches_drawn_with_replacement(mp):
     mp.setattr(torch, "randperm", randperm)     # the learner's only caller (learner/ppo.py)
 
 
+def gradients_clipped_per_parameter(mp):
+    def clip_grad_norm_(parameters, max_norm, *args, **kwargs):
+        # Each parameter's gradient clipped to max_norm on its own: the global norm may stay far above it, and
+        # the step's direction changes wherever some parameters are clipped and others are not.
+        grads = [p.grad for p in parameters if p.grad is not None]
+        total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+        for g in grads:
+            g.mul_((max_norm / (torch.linalg.vector_norm(g) + 1e-6)).clamp(max=1.0))
+        return total
+
+    mp.setattr(torch.nn.utils, "clip_grad_norm_", clip_grad_norm_)
+
+
+def gradients_clipped_by_value(mp):
+    def clip_grad_norm_(parameters, max_norm, *args, **kwargs):
+        # The other clip of torch.nn.utils: every element clamped to +-max_norm, the norm left as it comes.
+        parameters = list(parameters)
+        total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in parameters
+                                                      if p.grad is not None]))
+        torch.nn.utils.clip_grad_value_(parameters, max_norm)
+        return total
+
+    mp.setattr(torch.nn.utils, "clip_grad_norm_", clip_grad_norm_)
+
+
 def actor_acts_on_the_previous_observation(mp):
     from rlvitals.actors.runner import EnvRunner
 
@@ -746,6 +771,12 @@ INVARIANT_BUGS: tuple[PlantedBug, ...] = (
                what="reported episode returns summed from rewards scaled by 0.1"),
     PlantedBug("minibatches_drawn_with_replacement", "optimizer", "run", minibatches_drawn_with_replacement,
                invariant="minibatch_coverage", what="each epoch's minibatch indices drawn with replacement"),
+    PlantedBug("gradients_clipped_per_parameter", "optimizer", "run", gradients_clipped_per_parameter,
+               invariant="gradient_clipped_as_configured",
+               what="each parameter's gradient clipped to max_grad_norm on its own, not by the global norm"),
+    PlantedBug("gradients_clipped_by_value_pendulum", "optimizer", "run", gradients_clipped_by_value, env=PENDULUM,
+               invariant="gradient_clipped_as_configured",
+               what="every gradient element clamped to +-max_grad_norm instead of clipping the global norm"),
     PlantedBug("actor_acts_on_the_previous_observation", "actor", "run", actor_acts_on_the_previous_observation,
                invariant="acted_on_stored_observation",
                what="the actor's policy is called on the previous step's observation"),

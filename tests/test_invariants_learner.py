@@ -143,7 +143,7 @@ def test_every_statistic_holds_on_healthy_updates(env_id, settings):
         assert s["inv_loss_gradient_policy"] < 1e-5 and s["inv_loss_gradient_value"] < 1e-5
         assert s["inv_loss_gradient_entropy"] < 1e-5   # entropy_coef 0: the entropies' values alone
         assert s["inv_optimizer_coverage"] == 0 and s["inv_minibatch_coverage"] == 0
-        assert s["inv_optimizer_state_kept"] == 0
+        assert s["inv_optimizer_state_kept"] == 0 and s["inv_gradient_clipped_as_configured"] < 1e-5
         assert s["inv_telemetry_recomputed"] < 1e-4
         assert s["inv_sampling_logp"] < 5 and s["inv_sampling_frequency"] < 5
 
@@ -344,6 +344,10 @@ FAULTS = {
                                                 ("minibatch_coverage",)),
     "optimizer_state_reset_every_step": Fault(BY_BUG["optimizer_state_reset_every_step"].apply,
                                               ("optimizer_state_kept",)),
+    "gradients_clipped_per_parameter": Fault(BY_BUG["gradients_clipped_per_parameter"].apply,
+                                             ("gradient_clipped_as_configured",)),
+    "gradients_clipped_by_value": Fault(BY_BUG["gradients_clipped_by_value_pendulum"].apply,
+                                        ("gradient_clipped_as_configured",), env="Pendulum-v1", settings=PENDULUM),
     "residual_variance_swapped": Fault(residual_variance_swapped, ("telemetry_recomputed",)),
     "kl_of_the_wrong_distributions": Fault(BY_BUG["kl_compares_the_wrong_distributions"].apply,
                                            ("telemetry_recomputed",)),
@@ -371,6 +375,18 @@ def test_telemetry_disagreement_by_hand():
     gaps = _disagreement(t(0.0, 1.0, math.nan, math.nan, 1.02), t(0.0, 1.0, 0.5, math.nan, 1.0),
                          t(0.0, 0.0, 0.01, 0.01, 0.01))
     assert gaps[:3].tolist() == [0.0, 0.0, 1.0] and math.isnan(gaps[3]) and gaps[4] == pytest.approx(0.02)
+
+
+def test_clip_error_by_hand():
+    """g = (3, 4), ||g|| = 5, max_grad_norm 1: the global clip gives (0.6, 0.8). Clipping each part on its own
+    to norm 1 gives (1, 1): off by (0.4, 0.2), sqrt(0.2) of the expected norm 1. Below the bound nothing moves."""
+    from rlvitals.learner.invariants.optimisation import clip_error
+
+    g = torch.tensor([3.0, 4.0])
+    assert clip_error(g, torch.tensor([0.6, 0.8]), 1.0) < 1e-6
+    assert clip_error(g, torch.tensor([1.0, 1.0]), 1.0) == pytest.approx(math.sqrt(0.2), rel=1e-5)
+    assert clip_error(g, g, 10.0) == 0.0 and clip_error(g, g, 1.0) > 1   # no clip where one was due
+    assert clip_error(torch.zeros(2), torch.zeros(2), 1.0) == 0.0
 
 
 def test_learning_rate_reference_by_hand():

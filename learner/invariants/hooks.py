@@ -8,7 +8,15 @@ import torch
 from ..reference_returns import vtrace_reference
 from .common import F64, LOSS_GRADIENT_TOLERANCE, NAN, _largest, _log_prob, _relative_error_of
 from .dataflow import loss_gradient_errors, returns_error
-from .optimisation import _norm, _norms, optimizer_coverage, optimizer_state_gap, optimizer_steps, policy_share
+from .optimisation import (
+    _norm,
+    _norms,
+    clip_error,
+    optimizer_coverage,
+    optimizer_state_gap,
+    optimizer_steps,
+    policy_share,
+)
 from .sampling import sampling_statistics
 from .telemetry import arrival_disagreement, flat_target_spread, update_disagreement
 
@@ -16,7 +24,7 @@ SAMPLED_FIRST, SAMPLED_EVERY = 16, 8
 KEYS = ("inv_sampling_logp", "inv_sampling_frequency", "inv_behaviour_record", "inv_returns_recomputed",
         "inv_loss_gradient_policy", "inv_loss_gradient_value", "inv_loss_gradient_entropy",
         "inv_optimizer_coverage", "inv_gradient_of_loss", "inv_policy_starved", "inv_telemetry_recomputed",
-        "inv_minibatch_coverage", "inv_optimizer_state_kept")
+        "inv_minibatch_coverage", "inv_optimizer_state_kept", "inv_gradient_clipped_as_configured")
 
 
 def is_sampled(update: int) -> bool:
@@ -97,6 +105,11 @@ class LearnerInvariants:
         if self.sampled:   # the graph was kept for one more backward pass through the policy term
             self.out["inv_policy_starved"] = policy_share(params, grad_norm, policy_loss, learner.s.max_grad_norm,
                                                           self.out["inv_loss_gradient_policy"])
+
+    def clipped(self, before: torch.Tensor, after: torch.Tensor) -> None:
+        """On the first minibatch, between the gradient clip and the optimizer's step: the flat gradient before
+        the clip and after it."""
+        self.out["inv_gradient_clipped_as_configured"] = clip_error(before, after, self.learner.s.max_grad_norm)
 
     def step(self, mb: torch.Tensor, mb_params: torch.Tensor, last_epoch: bool) -> None:
         """Each minibatch's policy parameters, kept on sampled updates for the KL and clip fraction's check."""

@@ -1,5 +1,5 @@
 """Optimisation: every parameter with a gradient is in the optimizer and moves; the gradient stepped with is this
-backward pass's alone; no loss term starves the others under the shared clip.
+backward pass's alone, clipped as configured; no loss term starves the others under the shared clip.
 
 optimizer_coverage (optimizer). Count of parameters that require a gradient
 but are in no optimizer group, plus parameters whose gradient on the update's
@@ -22,6 +22,14 @@ part is about max_grad_norm against a gradient norm of 5 to 50: 1e-2 to 1e-1,
 which the projection onto the value head's bias that `gradient_mismatch`
 exports (limit 0.05, for bfloat16's sake) misses about half the time. Limit
 1e-3 (exact: no false alarm).
+
+gradient_clipped_as_configured (optimizer). On each update's first minibatch,
+the gradient after the clip, c, against the one before it, g: clipping by the
+global norm must give exactly g * min(1, max_grad_norm / ||g||), so the
+statistic ||c - g * min(1, max_grad_norm / ||g||)|| / ||g * min(...)|| is
+float32 rounding (about 1e-7) in a correct learner. Clipping each parameter on
+its own, by value, at another norm, or not at all moves it to a share of 1e-2
+or more. Limit 1e-3 (exact: no false alarm).
 
 policy_starved (preprocessing). On sampled updates, when the first minibatch's
 gradient is clipped (||g|| > max_grad_norm): ||g|| / ||g_policy||, with g_policy
@@ -109,6 +117,14 @@ def learning_rate_gap(rates: list[float], expected: float) -> float:
     if expected <= 0:
         return 1.0 if any(r != 0 for r in rates) else 0.0
     return max(abs(r - expected) / expected for r in rates)
+
+
+def clip_error(before: torch.Tensor, after: torch.Tensor, max_norm: float) -> torch.Tensor:
+    """inv_gradient_clipped_as_configured: how far the clipped flat gradient `after` is from `before` clipped by
+    its global norm to `max_norm` (as torch's clip_grad_norm_ does, eps 1e-6), relative; 0-d, on the device."""
+    g, c = before.to(F64), after.to(F64)
+    expected = g * (max_norm / (g.norm() + 1e-6)).clamp(max=1.0)
+    return (c - expected).norm() / expected.norm().clamp_min(torch.finfo(F64).tiny)
 
 
 def optimizer_steps(optimizer) -> dict[int, float]:
