@@ -283,6 +283,8 @@ class Run:
         t = self.tracker
         row = {**self.judged, **{k: v for k, v in self.stats.items()
                                  if isinstance(v, float) and not k.startswith("time_")}}
+        if isinstance(self.stats.get("actors_slow_named"), str):   # which Ray actors RLActorSlowerThanPeers names
+            row["actors_slow_named"] = self.stats["actors_slow_named"]
         row.update(t.episode_stats())
         row.update({
             "updates": t.updates, "env_steps": t.env_steps, "episodes": t.episodes,

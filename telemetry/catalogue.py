@@ -223,6 +223,12 @@ METRICS: tuple[Metric, ...] = (
            "read after each update. Healthy: small and flat (the batch in hand plus what queues hold); rising "
            "steadily means batches are being kept, long before the process's memory shows it.",
            source="rollouts_alive"),
+    Metric("rlvitals_learner_actors_slow", "gauge", "learner", "standard", "short",
+           "Ray actors far slower than their peers, as the driver sees them from the counters on their rollouts: "
+           "env steps per second of stepping and inference under half the actors' median and 3 robust standard "
+           "deviations below it (rlvitals/distributed/peers.py). Healthy: 0. Recorded in Ray mode once 4 actors "
+           "have a speed; the row's actors_slow_named says which (RLActorSlowerThanPeers quotes it).",
+           source="actors_slow"),
     Metric("rlvitals_learner_logp_discrepancy_nats", "gauge", "learner", "standard", "suffix:nats",
            "Actor-learner consistency: on a batch whose staleness is 0, the largest |log pi_learner(a|x) - "
            "log mu_actor(a|x)| over its samples. The same network on the same observation gives the same "

@@ -48,6 +48,8 @@ from dataclasses import dataclass
 MiB = 2 ** 20
 SIGMAS = 3
 """How many robust standard deviations from the fleet median make an outlier."""
+SLOW_FRACTION = 0.5
+"""A slow actor is also under this share of the fleet's median speed (a floor that matters on any env)."""
 NAMED = 5
 """How many affected processes an alert names (its value says how many there are)."""
 ACTORS = 'component="actor"'
@@ -177,7 +179,8 @@ GROWTH_MEDIAN, GROWTH_SPREAD = fleet_stats(GROWTH, "rlvitals_process_resident_me
 # Bounds: an outlier is beyond both the robust one (SIGMAS spreads from the median) and the floor that says
 # what matters on any env, i.e. beyond the farther of the two.
 SLOW_BELOW = record("run:rlvitals_actor_env_steps:rate30s:slow_below",
-                    smaller(f"{SPEED_MEDIAN} * 0.5", f"{SPEED_MEDIAN} - {SIGMAS} * {SPEED_SPREAD}"), STATISTICS_GROUP)
+                    smaller(f"{SPEED_MEDIAN} * {SLOW_FRACTION}", f"{SPEED_MEDIAN} - {SIGMAS} * {SPEED_SPREAD}"),
+                    STATISTICS_GROUP)
 LAG_BELOW = record("run:rlvitals_actor_network_age:lagging_below",
                    smaller(f"{AGE_MEDIAN} - {SIGMAS} * {AGE_SPREAD}",
                            f"{AGE_MEDIAN} - {LAG_LEARNER_SECONDS} * {LEARNER_RATE}")

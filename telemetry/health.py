@@ -84,7 +84,7 @@ def _extend(history: list[tuple[float, bool]], t: float, holds: bool) -> None:
         history.append((t, holds))
 
 
-def _message(rule: Rule, value: float | None, update: float, seconds, run_id: str) -> str:
+def _message(rule: Rule, value: float | None, update: float, seconds, run_id: str, names: str | None = None) -> str:
     summary = rule.summary.replace("{{ $labels.run_id }}", run_id or "this run")
     when = f" at update {update:.0f}" + (f", {seconds:.0f} s" if isinstance(seconds, (int, float)) else "")
     if rule.value_key:       # an invariant: its statistic against its limit, not the update its flag holds
@@ -92,7 +92,8 @@ def _message(rule: Rule, value: float | None, update: float, seconds, run_id: st
         seen = f" (statistic {value:.4g}{limit};{when})" if value is not None else f" ({when.lstrip()})"
     else:
         seen = f" (value {value:.4g}{when})" if value is not None else ""
-    return f"{summary}{seen}. {rule.check}"
+    named = f" Named: {names}." if names else ""
+    return f"{summary}{seen}.{named} {rule.check}"
 
 
 class HealthMonitor:
@@ -110,6 +111,8 @@ class HealthMonitor:
         """Rule -> (update, run seconds) of the first row of its condition's current streak."""
         self.fired: dict[str, Verdict] = {}
         self.history: dict[str, list[tuple[float, bool]]] | None = None
+        self.names: dict[str, str] = {}
+        """names_key -> the latest text naming the processes behind a rule's evidence (rows carry it)."""
 
     def record_history(self) -> None:
         """Keep every rule's outcome as (run seconds, held), the first and the latest row of each run of equal
@@ -119,6 +122,9 @@ class HealthMonitor:
     def __call__(self, row: dict) -> None:
         if not self.series.add(row):
             return
+        for rule in self.rules:
+            if rule.names_key and isinstance(row.get(rule.names_key), str):
+                self.names[rule.names_key] = row[rule.names_key]
         t = row.get(TIME_KEY)
         self._evaluate(self.series.last, float(t) if isinstance(t, (int, float)) else None)
         self.series.prune(self.series.last - self.reach)
@@ -158,7 +164,7 @@ class HealthMonitor:
                                   None if start_t is None else round(start_t, 3),
                                   None if update is None else int(update),
                                   _message(rule, lookup(rule.value_key, u) if rule.value_key else value, u, t,
-                                           self.run_id))
+                                           self.run_id, self.names.get(rule.names_key)))
                 self.fired[rule.name] = verdict
                 if self.on_verdict is not None:
                     self.on_verdict(verdict)
@@ -189,14 +195,22 @@ def usable_number(value) -> bool:
     return isinstance(value, float) and math.isfinite(value)
 
 
+TEXT_KEYS = frozenset({"actors_slow_named"})
+"""Row keys that hold text: which processes a rule's evidence comes from (a rule's `names_key`)."""
+TEXT_MAX = 2000
+"""Characters of such a text at most (five actors named, with their speeds, take about 400)."""
+
+
 def clean_row(row: dict) -> tuple[dict, int]:
     """The row with only values a reader can use (finite numbers, int64 integers, lists of them: the
-    histograms), and how many values were dropped (a 400-digit integer, a string, a mapping, null).
+    histograms; printable text of at most TEXT_MAX characters under TEXT_KEYS), and how many values were
+    dropped (a 400-digit integer, another string, a mapping, null).
 
     A run directory may come from anyone: every reader of recorded rows goes through here."""
     out, dropped = {}, 0
     for key, value in row.items():
-        if usable_number(value) or (isinstance(value, list) and _numbers(value)):
+        if usable_number(value) or (isinstance(value, list) and _numbers(value)) or (
+                key in TEXT_KEYS and isinstance(value, str) and len(value) <= TEXT_MAX and value.isprintable()):
             out[key] = value
         else:
             dropped += 1

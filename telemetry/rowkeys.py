@@ -21,6 +21,8 @@ ROW_ONLY_KEYS = {
     "loss_finite": "1 when every minibatch loss of the update was finite",
     "grads_finite": "1 when every gradient of the update was finite",
     "params_finite": "1 when the weights after the update are finite",
+    "actors_slow_named": "which Ray actors are far slower than their peers: actor index, pid, speed and the median "
+                         "(text; rlvitals/distributed/peers.py)",
 }
 """Row keys that no metric exports, with what they hold."""
 
@@ -28,6 +30,8 @@ OCCASIONAL_KEYS = {
     "inv_actor_accounting": "Ray mode only: the actors' own counters travel on their rollouts",
     "inv_memory_per_sample": "once the run has seen 32 updates' worth of memory readings",
     "inv_learner_waits_while_ready": "Ray async mode only, on updates whose wait began with a rollout ready",
+    "actors_slow": "Ray mode only, once 4 actors have delivered two rollouts each",
+    "actors_slow_named": "Ray mode only, while an actor is far slower than its peers",
 }
 """Keys a row holds only in some runs, with when."""
 

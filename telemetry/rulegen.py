@@ -64,7 +64,7 @@ HEADER = """\
 def render_rules() -> str:
     groups = []
     for horizon in ("fast", "slow"):
-        rules = [alert(r) for r in RULES if r.horizon == horizon and r.name not in PROCESSES]
+        rules = [alert(r) for r in RULES if r.horizon == horizon and r.name not in PROCESSES and not r.live_twin]
         groups.append({"name": f"rlvitals-{horizon}", "rules": rules})
     # Fleet rules: in each group its recording rules first, so each alert reads this evaluation's verdicts.
     for name, interval in GROUPS.items():
@@ -148,7 +148,14 @@ def render_docs() -> str:
                 f"- thresholds drawn: {_threshold_text(r)}"]
         if not r.live_only:
             out += [f"- condition: `{r.expr.text()}`"]
-        out += [f"- alert PromQL: `{r.promql()}`"]
+        if r.live_twin:
+            out += [f"- no alert of its own: Prometheus raises it as [{r.live_twin}](#{r.live_twin.lower()}), by "
+                    "instance and node; this rule is the run's verdict (`verdicts.json`), which names the processes "
+                    f"from the row's `{r.names_key}`"]
+        else:
+            out += [f"- alert PromQL: `{r.promql()}`"]
+        if r.names_key and not r.live_twin:
+            out += [f"- the verdict names the processes from the row's `{r.names_key}`"]
         if r.name in PROCESSES:
             out += [f"- its value counts the processes affected; its `processes` annotation says {NAMES_WHAT[r.name]}"]
         out += ["", r.check]

@@ -95,6 +95,11 @@ class Rule:
     """Row key whose value the verdict's message quotes (an invariant's statistic, with `value_limit`); empty: the
     condition's own value."""
     value_limit: float | None = None
+    names_key: str = ""
+    """Row key of a text naming the processes the evidence comes from (Ray actors); the verdict quotes it."""
+    live_twin: str = ""
+    """A live fleet rule that raises this condition's alert in Prometheus, naming instance and node; this rule is
+    the run's own verdict of it (verdicts.json, the offline evaluator) and raises no second alert."""
 
     @property
     def live_only(self) -> bool:
@@ -313,6 +318,15 @@ RULES: tuple[Rule, ...] = (
          "The learner steps while actors produce nothing in run {{ $labels.run_id }}",
          "Over the last 10 updates the learner kept training but no new env steps arrived: it re-learns old "
          "data while actors are stuck (a hung env step, actors waiting for weights)."),
+    # The run's own twin of the live fleet rule RLActorSlow: the driver compares each Ray actor's speed with its
+    # peers' from the counters on its rollouts (rlvitals/distributed/peers.py) and names the outliers on the row.
+    Rule("RLActorSlowerThanPeers", S("actors_slow") > 0, 5, "fast", "warning", "throughput",
+         "Ray actors step far slower than their peers in run {{ $labels.run_id }}",
+         "The named actors' env steps per second of stepping and inference, over their last rollouts, are under "
+         "half the median of the run's actors and more than 3 robust standard deviations (interquartile range / "
+         "1.349) below it: their node is overloaded, their envs got slower, or they hit something their peers do "
+         "not. Judged once 4 actors have a speed. Prometheus raises it as RLActorSlow, by instance and node.",
+         names_key="actors_slow_named", live_twin="RLActorSlow"),
     Rule("RLNonFiniteSamplesDropped", Increase(S("dropped_nonfinite"), DROP_WINDOW) > 0, 0, "fast", "warning", "env",
          "Non-finite values reached the learner in run {{ $labels.run_id }}",
          "Batches with NaN or inf observations or rewards, or updates that produced them, were dropped "

@@ -7,8 +7,9 @@ of which the first process to take 200 steps claims the slow role (a file made w
 then on sleeps 50 ms per env step, so exactly one actor, whichever it is, runs at a small fraction of
 its peers' speed. RLActorSlow must fire and name that actor's instance (found from the pid the
 wrapper wrote: the port its metrics server listens on) and node; no other fleet rule may name it
-falsely. metrics.jsonl rows hold run-level values only, so this verdict is the live channel's
-(docs/health.md); the run's own verdicts.json has no per-actor rule.
+falsely. The run's own verdict names it too: the driver compares each actor's speed with its peers'
+from the counters on its rollouts (rlvitals/distributed/peers.py), and verdicts.json's
+RLActorSlowerThanPeers names the slowed actor by its pid, and no other.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from rules_prometheus import RulesPrometheus
 from test_ray import finish, ray_address, ray_args, train  # noqa: F401  (ray_address: the module's Ray head)
 
 from rlvitals.telemetry.health import read_rows
+from rlvitals.telemetry.verdicts import read_verdicts
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from fleet_ray import metrics_instance
@@ -83,10 +85,10 @@ def test_many_tiny_actors_learn_and_the_slowed_one_is_named(ray_address, tmp_pat
                               "--num-actors", str(ACTORS), "--actor-cpus", "0.25", "--num-envs", "4",
                               "--rollout-length", "32", "--total-env-steps", "100000000", "--verbosity", "standard",
                               "--startup-timeout-seconds", "240"), env=env)
-        found, instance, firing, first_up, claimed_after = None, None, {}, None, None
+        found, instance, firing, first_up, claimed_after, in_rows = None, None, {}, None, None, False
         start = time.monotonic()
         deadline = start + 300
-        while time.monotonic() < deadline and proc.poll() is None and found is None:
+        while time.monotonic() < deadline and proc.poll() is None and (found is None or not in_rows):
             if instance is None and claim.exists() and claim.read_text():
                 instance = metrics_instance(int(claim.read_text()), run_dir / "discovery")
                 claimed_after = time.monotonic() - start
@@ -96,6 +98,10 @@ def test_many_tiny_actors_learn_and_the_slowed_one_is_named(ray_address, tmp_pat
                 if a["state"] == "firing":
                     firing[a["labels"]["alertname"]] = a
             found = firing.get("RLActorSlow")
+            if instance is not None and not in_rows:   # the driver's count, and the row that names the actor
+                pid = claim.read_text()
+                in_rows = any(f"(pid {pid})" in r.get("actors_slow_named", "")
+                              for r in read_rows(run_dir / "metrics.jsonl"))
             time.sleep(1)
         named_after = time.monotonic() - start
         if proc.poll() is None:
@@ -115,5 +121,11 @@ def test_many_tiny_actors_learn_and_the_slowed_one_is_named(ray_address, tmp_pat
         assert named <= {instance}, f"{name} names healthy actors: {a['annotations']['processes']}"
     assert "RLComponentDown" not in firing
     assert summary["num_actors"] == ACTORS
+    # The run's own verdict names the slowed actor, by its pid, and no other.
+    slow_pid = claim.read_text()
+    verdicts = {v.rule: v for v in read_verdicts(run_dir / "verdicts.json")}
+    assert "RLActorSlowerThanPeers" in verdicts, sorted(verdicts)
+    message = verdicts["RLActorSlowerThanPeers"].message
+    assert f"(pid {slow_pid})" in message and message.count("(pid ") == 1, message
     returns = [r["return_mean"] for r in read_rows(run_dir / "metrics.jsonl") if r.get("return_mean") is not None]
     assert returns and returns[-1] > 1.5 * returns[0], f"the run did not learn: {returns[:3]} ... {returns[-3:]}"

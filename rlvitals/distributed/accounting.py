@@ -32,6 +32,7 @@ from collections import Counter, defaultdict
 from rlvitals.telemetry.memory import memory_in_use
 
 from ..evidence import MemoryGrowth
+from .peers import PeerSpeeds
 
 PHASES = ("env_step", "inference", "weight_wait", "work_wait", "other")
 """Where an actor's seconds go (the `phase` values of rlvitals_actor_phase_seconds_total): stepping envs, the
@@ -123,6 +124,7 @@ class ActorAccounts:
         self._excess: float | None = None
         self.memory: defaultdict[tuple[int, int], MemoryGrowth] = defaultdict(MemoryGrowth)
         self._memory_per_sample: float | None = None
+        self.peers = PeerSpeeds()
 
     def _note(self, counters: dict) -> tuple[int, int]:
         key = (int(counters["actor"]), int(counters["pid"]))
@@ -135,6 +137,7 @@ class ActorAccounts:
         for counters in rollout.actor_counters:
             key = self._note(counters)
             self.received[key] += 1
+            self.peers.arrived(key, counters)
             excess = max(0, self.received[key] - int(counters["produced"]))
             self._excess = excess if self._excess is None else max(self._excess, excess)
             if "memory" in counters:
@@ -152,11 +155,12 @@ class ActorAccounts:
         for counters in snapshots:
             self._note(counters)
 
-    def take_statistic(self) -> dict[str, float]:
-        """inv_actor_accounting over the arrivals since the last call, and the worst actor incarnation's memory
+    def take_statistic(self) -> dict:
+        """inv_actor_accounting over the arrivals since the last call, the worst actor incarnation's memory
         growth per sample it produced (`actors_memory_per_sample`, which the run folds into
-        inv_memory_per_sample); {} when none carried counters."""
-        out = {}
+        inv_memory_per_sample), and the actors far slower than their peers (`actors_slow`, `actors_slow_named`:
+        rlvitals/distributed/peers.py); {} when none carried counters."""
+        out = self.peers.take_statistic()
         if self._excess is not None:
             out["inv_actor_accounting"], self._excess = float(self._excess), None
         if self._memory_per_sample is not None:
