@@ -32,12 +32,13 @@ verdicts on speed and weights. Every 15 s: the fleet's medians, spreads and
 bounds, which move with the whole fleet, not with one actor. Every 30 s: memory
 growth per minute and its verdict (a leak is judged over two minutes anyway).
 At 5,000 actors one group holding everything took 1.3 s per 5 s evaluation;
-split, each group's evaluation stays well under a second and Prometheus does
-a third of the work. A verdict compares with bounds at most 15 s old.
+split (and with the spread below), each group takes 0.4-0.7 s (medians) and
+the fleet rules cost Prometheus half the work per scrape interval. A verdict compares with bounds at most 15 s old.
 
 These are live-only rules: metrics.jsonl rows hold run-level values, not one
-per actor, so the offline evaluator (and verdicts.json) cannot name an actor;
-Prometheus can. A fleet-wide fault moves the median with it and is no outlier:
+per actor. A Ray run's own verdict names a slow actor all the same: its driver
+compares the actors from the counters on their rollouts, with the bound here
+(rlvitals/distributed/peers.py, RLActorSlowerThanPeers). A fleet-wide fault moves the median with it and is no outlier:
 the run-level rules of telemetry/rules.py report it once.
 """
 

@@ -111,8 +111,9 @@ def render_docs() -> str:
            "its spread (the interquartile range / 1.349), with a floor on the spread so a fleet of ordinary "
            "spread never alerts. Each is one alert per run (and kind of process) whose value counts the processes "
            "affected; its `processes` annotation names a few by instance and node. They are live only: a run's "
-           "rows hold run-level values, not one per actor, so `verdicts.json` cannot name an actor; Prometheus "
-           "(and Alertmanager) does.", "",
+           "rows hold run-level values, not one per actor. A Ray run's own verdict (`verdicts.json`) names a "
+           "slow actor all the same: its driver compares the actors from the counters on their rollouts "
+           "(RLActorSlowerThanPeers, RLActorSlow's twin).", "",
            "## Verdicts", "",
            "`verdicts.json` in the run directory and `rlvitals doctor --json` print a JSON list of objects "
            "with these fields (a stable interface; fields are only ever added):", "",
