@@ -146,6 +146,8 @@ class Run:
             stats.update(self.episodes.observe(rollout))  # the episodes reported are the env's
             if self.actor_accounts is not None:
                 stats.update(self.actor_accounts.take_statistic())
+            else:
+                stats["actors_slow"] = 0.0   # no Ray actors to compare (the systems dashboard draws its 0)
         with phase("bookkeeping"):
             if learn:
                 n = rollout.env_steps

@@ -226,8 +226,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("rlvitals_learner_actors_slow", "gauge", "learner", "standard", "short",
            "Ray actors far slower than their peers, as the driver sees them from the counters on their rollouts: "
            "env steps per second of stepping and inference under half the actors' median and 3 robust standard "
-           "deviations below it (rlvitals/distributed/peers.py). Healthy: 0. Recorded in Ray mode once 4 actors "
-           "have a speed; the row's actors_slow_named says which (RLActorSlowerThanPeers quotes it).",
+           "deviations below it (rlvitals/distributed/peers.py). Healthy: 0. Judged in Ray mode once 4 actors have "
+           "a speed, 0 before that and in local mode; the row's actors_slow_named says which (RLActorSlowerThanPeers "
+           "quotes it).",
            source="actors_slow"),
     Metric("rlvitals_learner_logp_discrepancy_nats", "gauge", "learner", "standard", "suffix:nats",
            "Actor-learner consistency: on a batch whose staleness is 0, the largest |log pi_learner(a|x) - "

@@ -30,7 +30,6 @@ OCCASIONAL_KEYS = {
     "inv_actor_accounting": "Ray mode only: the actors' own counters travel on their rollouts",
     "inv_memory_per_sample": "once the run has seen 32 updates' worth of memory readings",
     "inv_learner_waits_while_ready": "Ray async mode only, on updates whose wait began with a rollout ready",
-    "actors_slow": "Ray mode only, once 4 actors have delivered two rollouts each",
     "actors_slow_named": "Ray mode only, while an actor is far slower than its peers",
 }
 """Keys a row holds only in some runs, with when."""

@@ -72,11 +72,11 @@ class PeerSpeeds:
         return out
 
     def take_statistic(self) -> dict:
-        """`actors_slow` and, when any, `actors_slow_named`; {} while too few actors have a speed."""
+        """`actors_slow` and, when any, `actors_slow_named`; 0 while too few actors have a speed to judge."""
         speeds = self.speeds()
         bound = slow_below(list(speeds.values()))
         if bound is None:
-            return {}
+            return {"actors_slow": 0.0}
         slow = sorted((s, key) for key, s in speeds.items() if s < bound)
         out: dict = {"actors_slow": float(len(slow))}
         if slow:
