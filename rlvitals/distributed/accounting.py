@@ -159,7 +159,7 @@ class ActorAccounts:
         """inv_actor_accounting over the arrivals since the last call, the worst actor incarnation's memory
         growth per sample it produced (`actors_memory_per_sample`, which the run folds into
         inv_memory_per_sample), and the actors far slower than their peers (`actors_slow`, `actors_slow_named`:
-        rlvitals/distributed/peers.py); {} when none carried counters."""
+        rlvitals/distributed/peers.py; `actors_slow` is always there, 0 while too few actors can be judged)."""
         out = self.peers.take_statistic()
         if self._excess is not None:
             out["inv_actor_accounting"], self._excess = float(self._excess), None
