@@ -75,4 +75,5 @@ def test_the_driver_judges_each_actor_incarnation_on_the_samples_it_produced():
     statistic = accounts.take_statistic()
     assert statistic["inv_actor_accounting"] == 0
     assert statistic["actors_memory_per_sample"] == pytest.approx(2048)
-    assert accounts.take_statistic() == {}, "taken once per update"
+    # taken once per update (actors_slow, the peers' comparison, is on every update)
+    assert accounts.take_statistic().keys() == {"actors_slow"}, "taken once per update"
