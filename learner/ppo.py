@@ -233,7 +233,7 @@ class PPOLearner:
                 parts.update({f"grad_norm_{head}": grads.index_select(0, at).norm() for head, at in self.heads.items()})
                 tb = self._clock()
                 grad_norm = nn.utils.clip_grad_norm_(net.parameters(), s.max_grad_norm)
-                if steps == 0:
+                if steps == 0 and self.invariants.sampled:
                     self.invariants.clipped(grads, diag.flat_grads(net))
                 self.optimizer.step()
                 net.age += 1

@@ -93,7 +93,8 @@ INVARIANTS: tuple[Invariant, ...] = (
         "log-probabilities). Var: Categorical sum_k p_k (log p_k + H)^2, diagonal Gaussian d/2 (for the "
         "unsquashed draw the rollout stores; the runner clips only the env's copy). |z| > 6 has probability "
         "2e-9 per batch under the normal limit; without it, Chebyshev bounds a batch by 1/36 and the 3 batches "
-        "in a row a break needs by 2e-5. Healthy CartPole, Acrobot, Pendulum runs read at most 2.8."),
+        "in a row a break needs by 2e-5. Measured on sampled updates (the first 16, then every 16th). Healthy "
+        "CartPole, Acrobot, Pendulum runs read at most 2.8."),
     Invariant(
         "sampling_frequency", "sampling", "actor", Z_LIMIT, 3,
         "Action frequencies do not match the recorded policies",
@@ -104,7 +105,8 @@ INVARIANTS: tuple[Invariant, ...] = (
         "variance sum_i mu_i(k)(1 - mu_i(k)); continuous actions: for each dimension j, the standardised draws "
         "(a_ij - m_ij) / sigma_ij sum to a martingale with variance n. The statistic is the largest |z| over "
         "actions or dimensions (tau as for sampling_logp in the discrete variance); with K of them the "
-        "per-batch false-alarm bound is K x 2e-9 (Chebyshev: K / 36). Healthy runs read at most 3.1. Argmax "
+        "per-batch false-alarm bound is K x 2e-9 (Chebyshev: K / 36); measured on sampled updates as "
+        "sampling_logp. Healthy runs read at most 3.1. Argmax "
         "acting on a policy whose preferred action varies by state keeps the mean frequencies: sampling_logp "
         "catches it."),
     Invariant(
@@ -228,7 +230,7 @@ INVARIANTS: tuple[Invariant, ...] = (
         "The targets and advantages the loss trained on are not what V-trace (GAE when fresh) gives on this "
         "rollout's rewards, episode ends and values with the run's gamma and lambda: the returns code "
         "discounts, bootstraps or cuts episodes wrongly.",
-        "On sampled updates (each of the first 16, then every 8th) a float64 loop in the paper's notation "
+        "On sampled updates (each of the first 16, then every 16th) a float64 loop in the paper's notation "
         "(learner/reference_returns.py) recomputes v_s and A_s from the rollout's rewards (after the declared "
         "reward scaling), episode ends and validity, the learner's values at arrival and its log-rhos against "
         "the rollout's behaviour log-probabilities. Statistic: the larger of max|v - v_ref| / max|v_ref| and "
@@ -240,10 +242,10 @@ INVARIANTS: tuple[Invariant, ...] = (
         "The policy loss's gradient is not that of the clipped surrogate on this batch's advantages",
         "dL/dlog pi differs from -ratio x advantage / B on the unclipped samples: the policy loss uses other "
         "advantages, ratios or behaviour log-probabilities than the batch's, or another formula.",
-        "On each update's first minibatch the gradient the backward pass left on log pi is compared with the "
-        "closed form -A_i r_i / B where r_i A_i <= clip(r_i) A_i, else 0 (r from the rollout's behaviour "
-        "log-probabilities, A normalised per minibatch as configured): ||g - g_ref|| / ||g_ref||. float32 "
-        "error is 1e-6 relative (healthy runs: at most 3.4e-7), bfloat16 autocast rounds each gradient to "
+        "On each sampled update's first minibatch (the first 16, then every 16th) the gradient the backward pass left "
+        "on log pi is compared with the closed form -A_i r_i / B where r_i A_i <= clip(r_i) A_i, else 0 (r from the "
+        "rollout's behaviour log-probabilities, A normalised per minibatch as configured): ||g - g_ref|| / ||g_ref||. "
+        "float32 error is 1e-6 relative (healthy runs: at most 3.4e-7), bfloat16 autocast rounds each gradient to "
         "about 4e-3, so 5% has no false alarm."),
     Invariant(
         "loss_gradient_value", "dataflow", "value", 0.05, 2,
@@ -290,7 +292,7 @@ INVARIANTS: tuple[Invariant, ...] = (
         "max_grad_norm: it is clipped per parameter or by value, at another norm, not at all, or changed "
         "between the clip and the step. Every step is then larger or smaller than configured, and in other "
         "directions when parameters are clipped apart.",
-        "On each update's first minibatch, the flat gradient after the clip, c, against the one before it, g. "
+        "On each sampled update's first minibatch, the flat gradient after the clip, c, against the one before it, g. "
         "Clipping by the global norm gives exactly g * min(1, max_grad_norm / ||g||); the statistic is "
         "||c - g * min(1, max_grad_norm / ||g||)|| / ||g * min(...)||, float32 rounding (about 1e-7) in a "
         "correct learner in any precision, so the limit 1e-3 leaves room for nothing but a fault (no false "
@@ -310,18 +312,18 @@ INVARIANTS: tuple[Invariant, ...] = (
         "Parameters with a gradient are not stepped by the optimizer",
         "Some parameter received a gradient in this update and did not change (or is not in any optimizer "
         "group): it is frozen by mistake, left out of the optimizer, or its update is undone.",
-        "Count of parameters requiring a gradient that are in no optimizer group, plus those whose gradient "
-        "on the update's first minibatch is above 1e-6 of the largest parameter's and that did not change at "
-        "all over the update. Adam's first step on such a gradient moves it by about lr (lr g / (|g| + eps)), "
-        "far above float32 resolution, and later steps would have to undo it exactly; exact, so no false "
-        "alarm. The 'did not change' part is not judged while the learning rate is 0 (the statistic is then "
-        "the missing count where there is one, else not measured)."),
+        "Count of parameters requiring a gradient that are in no optimizer group (every update), plus, on sampled "
+        "updates, those whose gradient on the first minibatch is above 1e-6 of the largest parameter's and that did "
+        "not change at all over the update. Adam's first step on such a gradient moves it by about lr (lr g / (|g| + "
+        "eps)), far above float32 resolution, and later steps would have to undo it exactly; exact, so no false alarm. "
+        "The 'did not change' part is not judged while the learning rate is 0 (the statistic is then the missing count "
+        "where there is one, else not measured)."),
     Invariant(
         "gradient_of_loss", "optimisation", "optimizer", 1e-3, 2,
         "The optimizer steps with gradients that are not this minibatch's",
         "The value head's bias gradient differs from sum_i dL/dV_i, which it must equal: gradients from earlier "
         "steps are still in .grad (zero_grad missing or misplaced) or something else writes into them.",
-        "On each update's first minibatch: the norm of every parameter's .grad between zero_grad and the "
+        "On each sampled update's first minibatch: the norm of every parameter's .grad between zero_grad and the "
         "backward pass, against its norm after it. What the optimizer steps with must be this backward "
         "pass's alone, so a correct learner reads exactly 0 in any precision (no false alarm; 1e-3 leaves "
         "room for nothing but a fault). A missing or misplaced zero_grad (or a parameter the optimizer does "

@@ -3,11 +3,12 @@
 Every statistic is 0 when its invariant holds exactly, larger the more it is
 broken, NaN when this update did not measure it. They stay on the device and go
 to the host with the update's other statistics (no `.item()`, no extra sync).
-The expensive ones are *sampled*: every update of the first 16, then every 8th
-(`is_sampled`). Cost on CartPole batches (4096 samples, 4 x 8 minibatches, CPU,
-one thread; CPU time inside the hooks against the rest of learn()): 5.6% of a
-sampled update, 1.3% of the others, 1.9% on average. The references below are written apart from the code they check
-(no call into `returns`, `diagnostics` or through the `ppo` module), in float64.
+Every check but the optimizer's step counts and group membership (a few Python
+look-ups) runs on *sampled* updates: each of the first 16, so a fault present
+from the first batch is named in a few updates, then every 16th (`is_sampled`).
+bench/invariant_cost.py times them inside real runs. The references below are
+written apart from the code they check (no call into `returns`, `diagnostics` or
+through the `ppo` module), in float64.
 
 One module per family, each with its statistics' derivations and false-alarm
 bounds (docs/invariants.md): `sampling` (the actor's record), `dataflow` (returns

@@ -16,7 +16,7 @@ reading by 1e-4 when values fit their targets almost exactly). Limit 1e-3: no
 false alarm from rounding.
 
 loss_gradient_policy / _value / _entropy (policy, value, policy). On each
-update's first minibatch (network as at arrival) the gradients the backward
+sampled update's first minibatch (network as at arrival) the gradients the backward
 pass put on the loss's inputs are compared with the closed form of the
 reference loss L = -1/B sum_i min(r_i A_i, clip(r_i) A_i) + c_v/(2B) sum_i (V_i - t_i)^2
 - c_H/B sum_i H_i, with r_i = exp(log pi_i - log mu_i) (mu from the rollout) and

@@ -20,7 +20,7 @@ from .optimisation import (
 from .sampling import sampling_statistics
 from .telemetry import arrival_disagreement, flat_target_spread, update_disagreement
 
-SAMPLED_FIRST, SAMPLED_EVERY = 16, 8
+SAMPLED_FIRST, SAMPLED_EVERY = 16, 16
 KEYS = ("inv_sampling_logp", "inv_sampling_frequency", "inv_behaviour_record", "inv_returns_recomputed",
         "inv_loss_gradient_policy", "inv_loss_gradient_value", "inv_loss_gradient_entropy",
         "inv_optimizer_coverage", "inv_gradient_of_loss", "inv_policy_starved", "inv_telemetry_recomputed",
@@ -42,6 +42,8 @@ class LearnerInvariants:
     def __init__(self, learner):
         self.learner = learner
         self.sampled = False
+        """Whether this update runs the checks (is_sampled): every check of the learner but the optimizer's step
+        counts and its groups' membership, which are a few Python look-ups."""
         self.out: dict[str, torch.Tensor] = {}
         self.steps: list[tuple[torch.Tensor, torch.Tensor, bool]] = []
         self.grad_norms: torch.Tensor | None = None
@@ -49,8 +51,8 @@ class LearnerInvariants:
         self.behaviour_logp: torch.Tensor | None = None
         self.arrival_telemetry: tuple[torch.Tensor, torch.Tensor] | None = None
         self.optimizer_steps_before: dict[int, float] | None = None
-        self.uses: torch.Tensor | None = None
-        """[count] how many minibatch steps each valid sample of the batch took part in (sampled updates)."""
+        self.count = 0
+        """The batch's valid samples (minibatch_coverage counts each one's steps from `steps`)."""
 
     def arrival(self, batch, r: dict, params_all: torch.Tensor, values_all: torch.Tensor,
                 index: torch.Tensor) -> None:
@@ -59,18 +61,18 @@ class LearnerInvariants:
         s, dist = learner.s, learner.net.dist
         self.sampled = is_sampled(learner.updates)
         self.steps, self.grad_norms, self.arrival_telemetry = [], None, None
-        self.uses = torch.zeros(batch.count, dtype=torch.int32, device=learner.device) if self.sampled else None
+        self.count = batch.count
         self.optimizer_steps_before = optimizer_steps(learner.optimizer)
         nan = torch.full((), NAN, device=learner.device)
         self.out = dict.fromkeys(KEYS, nan)
+        if not self.sampled:
+            return
         valid, actions = r["valid"], r["actions"]
         T = valid.shape[0]
         flat = lambda x: x.reshape(T * valid.shape[1], *x.shape[2:]).index_select(0, index)  # noqa: E731
         self.behaviour_logp = flat(r["behaviour_logp"])
         self.out["inv_sampling_logp"], self.out["inv_sampling_frequency"] = sampling_statistics(
             dist, flat(r["behaviour_params"]), flat(actions), self.behaviour_logp)
-        if not self.sampled:
-            return
         params = params_all[:T]
         log_rhos = _log_prob(dist, params, actions) - r["behaviour_logp"].to(F64)
         ref_targets, ref_advantages = vtrace_reference(
@@ -89,11 +91,15 @@ class LearnerInvariants:
 
     def before_backward(self) -> None:
         """On the first minibatch, between zero_grad and the backward pass: what .grad holds already."""
+        if not self.sampled:
+            return
         held = [p.grad for p in self.learner.net.parameters() if p.grad is not None]
         self.grad_before = _norm(held) if held else torch.zeros((), dtype=F64, device=self.learner.device)
 
     def first_minibatch(self, policy_loss, dist_params, logp, values, entropy, b, mb) -> None:
         """After the first minibatch's backward pass (outputs' gradients retained, gradients not yet clipped)."""
+        if not self.sampled:
+            return
         learner = self.learner
         self.out.update(loss_gradient_errors(learner.net.dist, dist_params, logp, values, entropy,
                                              self.behaviour_logp[mb], b.mb_adv[mb], b.mb_targets[mb], learner.s))
@@ -102,20 +108,19 @@ class LearnerInvariants:
         grad_norm = self.grad_norms.to(F64).norm()
         # What the optimizer steps with must be this backward pass's alone: nothing may be in .grad before it.
         self.out["inv_gradient_of_loss"] = _relative_error_of(self.grad_before, self.grad_before, grad_norm)
-        if self.sampled:   # the graph was kept for one more backward pass through the policy term
-            self.out["inv_policy_starved"] = policy_share(params, grad_norm, policy_loss, learner.s.max_grad_norm,
-                                                          self.out["inv_loss_gradient_policy"])
+        # The graph was kept (keeps_graph) for one more backward pass through the policy term.
+        self.out["inv_policy_starved"] = policy_share(params, grad_norm, policy_loss, learner.s.max_grad_norm,
+                                                      self.out["inv_loss_gradient_policy"])
 
     def clipped(self, before: torch.Tensor, after: torch.Tensor) -> None:
         """On the first minibatch, between the gradient clip and the optimizer's step: the flat gradient before
-        the clip and after it."""
+        the clip and after it (only asked for on sampled updates: `sampled`)."""
         self.out["inv_gradient_clipped_as_configured"] = clip_error(before, after, self.learner.s.max_grad_norm)
 
     def step(self, mb: torch.Tensor, mb_params: torch.Tensor, last_epoch: bool) -> None:
         """Each minibatch's policy parameters, kept on sampled updates for the KL and clip fraction's check."""
         if self.sampled:
             self.steps.append((mb, mb_params.detach(), last_epoch))
-            self.uses.index_add_(0, mb, torch.ones_like(mb, dtype=torch.int32))
 
     def report(self, b, u, after: torch.Tensor, stats: dict) -> dict[str, torch.Tensor]:
         """The update's `inv_*` statistics (0-d tensors on the device)."""
@@ -124,9 +129,13 @@ class LearnerInvariants:
         self.out["inv_behaviour_record"] = stats["record_discrepancy"]
         gap = optimizer_state_gap(learner.optimizer, self.optimizer_steps_before, u.steps)
         self.out["inv_optimizer_state_kept"] = torch.full((), gap, dtype=F64, device=learner.device)
-        if self.uses is not None and self.uses.numel():
+        if self.steps and self.count:
             # Each epoch is one pass over the batch: every valid sample in exactly update_epochs minibatch steps.
-            self.out["inv_minibatch_coverage"] = (self.uses != learner.s.update_epochs).to(F64).mean()
+            # One scatter-add over every step's indices (not one per step: a tenth of a sampled update's checks).
+            mbs = torch.cat([mb for mb, _, _ in self.steps])
+            uses = torch.zeros(self.count, dtype=torch.int32, device=mbs.device).index_add_(
+                0, mbs, torch.ones_like(mbs, dtype=torch.int32))
+            self.out["inv_minibatch_coverage"] = (uses != learner.s.update_epochs).to(F64).mean()
         self.out["inv_optimizer_coverage"] = optimizer_coverage(params, learner.optimizer, self.grad_norms,
                                                                 u.before, after)
         if self.sampled and self.arrival_telemetry is not None:

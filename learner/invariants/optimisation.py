@@ -2,16 +2,16 @@
 backward pass's alone, clipped as configured; no loss term starves the others under the shared clip.
 
 optimizer_coverage (optimizer). Count of parameters that require a gradient
-but are in no optimizer group, plus parameters whose gradient on the update's
-first minibatch is above 1e-6 of the largest parameter's (norms) and that did
-not change at all over the update. Adam's first step of an element with
+but are in no optimizer group (every update), plus, on sampled updates,
+parameters whose gradient on the first minibatch is above 1e-6 of the largest
+parameter's (norms) and that did not change at all over the update. Adam's first step of an element with
 gradient g moves it by lr g / (|g| + eps) (bias-corrected), far above float32
 resolution for any gradient that is not negligible against the largest; the
 later steps of the update would have to undo it exactly. Exact: limit 0. The
 "did not change" part is not judged while the learning rate is 0 (the
 statistic is then the missing count when there is one, else NaN).
 
-gradient_of_loss (optimizer). On each update's first minibatch, the norm of
+gradient_of_loss (optimizer). On each sampled update's first minibatch, the norm of
 every parameter's .grad between zero_grad and the backward pass, against its
 norm after it: ||grad before|| / ||grad after||. The gradient the optimizer
 steps with must be this backward pass's alone, so a correct learner reads
@@ -23,7 +23,7 @@ which the projection onto the value head's bias that `gradient_mismatch`
 exports (limit 0.05, for bfloat16's sake) misses about half the time. Limit
 1e-3 (exact: no false alarm).
 
-gradient_clipped_as_configured (optimizer). On each update's first minibatch,
+gradient_clipped_as_configured (optimizer). On each sampled update's first minibatch,
 the gradient after the clip, c, against the one before it, g: clipping by the
 global norm must give exactly g * min(1, max_grad_norm / ||g||), so the
 statistic ||c - g * min(1, max_grad_norm / ||g||)|| / ||g * min(...)|| is

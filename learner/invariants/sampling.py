@@ -14,8 +14,9 @@ the recorded log-probabilities (about 1e-7 nats each; a systematic error of
 1e-6 per sample over 4096 samples moves z by 0.06). Statistic |z|; limit 6:
 2e-9 per batch under the normal limit. Without any distributional assumption,
 Chebyshev bounds one batch by 1/36, and the 3 batches in a row a break needs by
-(1/36)^3 = 2e-5. The Gaussian check is for the unsquashed draw, which is what a
-rollout stores: the runner clips only the copy of the action it sends the env.
+(1/36)^3 = 2e-5. Measured on sampled updates (hooks.is_sampled). The Gaussian
+check is for the unsquashed draw, which is what a rollout stores: the runner
+clips only the copy of the action it sends the env.
 
 sampling_frequency (actor). Discrete: for each action k, count_k - sum_i p_ik
 sums martingale differences (1[a_i = k] - p_ik) of conditional variance
