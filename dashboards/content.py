@@ -235,10 +235,11 @@ def systems() -> Dashboard:
                   width=12, note=phase_note),
             rates("rlvitals_actor_phase_seconds_total", by=("phase",), agg="avg", title="Actor time by phase",
                   stack=True, width=12, note=phase_note),
-            gauges("rlvitals_learner_actors_slow", title="Ray actors slower than their peers (the driver's count)",
-                   width=12, note="Healthy: 0. The driver's view of the fleet outlier rule: the run's verdict "
-                                  "RLActorSlowerThanPeers names them (verdicts.json); Prometheus's RLActorSlow names "
-                                  "them by instance and node."),
+            gauges("rlvitals_learner_actors_slow", "rlvitals_learner_actors_silent", legends=("slow", "silent"),
+                   title="Ray actors slower than their peers, or silent (the driver's counts)",
+                   width=12, note="Healthy: 0. The driver's view of the fleet outlier rules: the run's verdicts "
+                                  "RLActorSlowerThanPeers and RLActorSilentAmongPeers name them (verdicts.json); "
+                                  "Prometheus's RLActorSlow and RLActorStalled name them by instance and node."),
         ]),
         Row("Queues and transport", [
             gauges("rlvitals_queue_depth", "rlvitals_queue_capacity", by=("queue",), title="Queue depth and capacity",

@@ -27,8 +27,10 @@ from rlvitals.actors.rollout import Rollout
 from rlvitals.actors.streams import StreamIndependence
 from rlvitals.actors.witness import boundary_statistics
 from rlvitals.learner.invariants import learning_rate_gap, observation_pairing, scheduled_learning_rate
-from rlvitals.telemetry.health import HealthMonitor
+from rlvitals.telemetry.attribution import InvariantAttribution, producers
+from rlvitals.telemetry.health import TEXT_KEYS, HealthMonitor
 from rlvitals.telemetry.interface import or_null
+from rlvitals.telemetry.invariants import BY_NAME as INVARIANTS_BY_NAME
 from rlvitals.telemetry.invariants import InvariantMonitor
 from rlvitals.telemetry.memory import memory_in_use
 from rlvitals.telemetry.verdicts import SEVERITIES, print_verdict
@@ -46,6 +48,8 @@ from .tracker import RunTracker, WaitTimed
 
 WIRED_STATISTICS = (("inv_weights_as_stamped", "weights_mismatch"),)
 """Invariant statistics that are checks the run already makes under their own keys."""
+MEMORY_NAMED = INVARIANTS_BY_NAME["memory_per_sample"].names_key
+"""Row key of the process whose growth inv_memory_per_sample is (Ray: an actor incarnation or the learner)."""
 
 
 class Run:
@@ -70,6 +74,7 @@ class Run:
         self.evidence = PipelineEvidence()
         self.streams = StreamIndependence()
         self.episodes = EpisodeWitness()
+        self.attribution = InvariantAttribution()
         self.judged: dict = {}
         """The latest `inv_*` statistics and `inv_broken_*` flags (in every row from the first judgement on)."""
         self.progress = ProgressLine(cfg.total_env_steps, enabled=cfg.progress, interval=cfg.log_interval_seconds)
@@ -147,7 +152,8 @@ class Run:
             if self.actor_accounts is not None:
                 stats.update(self.actor_accounts.take_statistic())
             else:
-                stats["actors_slow"] = 0.0   # no Ray actors to compare (the systems dashboard draws its 0)
+                # No Ray actors to compare (the systems dashboard draws the 0s).
+                stats["actors_slow"] = stats["actors_silent"] = 0.0
         with phase("bookkeeping"):
             if learn:
                 n = rollout.env_steps
@@ -163,12 +169,20 @@ class Run:
                 else:
                     self.tracker.learned += n
                 actors_memory = stats.pop("actors_memory_per_sample", math.nan)
+                actors_memory_named = stats.pop("actors_memory_named", None)
                 stats.update(self.evidence.learned(n, rollout.policy_age, stats["learner_steps"] > 0,
                                                    self.queue_capacity, memory_in_use(), stats["rollouts_alive"]))
-                if actors_memory > stats["inv_memory_per_sample"] or math.isnan(stats["inv_memory_per_sample"]):
-                    stats["inv_memory_per_sample"] = actors_memory     # the worst process's growth
+                learner_memory = stats["inv_memory_per_sample"]
+                if actors_memory > learner_memory or math.isnan(learner_memory):
+                    stats["inv_memory_per_sample"] = actors_memory     # the worst process's growth, and whose
+                    if actors_memory_named:
+                        stats[MEMORY_NAMED] = actors_memory_named
+                elif self.actor_accounts is not None and not math.isnan(learner_memory):
+                    stats[MEMORY_NAMED] = f"the learner (pid {os.getpid()}): {learner_memory:.4g} bytes per sample"
         with phase("invariants"):
-            self.judge(stats, self.tracker.updates + 1)
+            made_by = producers(rollout)   # Ray: the actors whose rollouts the batch joins, judged apart
+            self.judge(stats, self.tracker.updates + 1, made_by)
+            stats.update(self.attribution.observe(made_by, stats, self.tracker.updates + 1))   # the verdicts' names
         if learn:
             with phase("telemetry"):
                 self.telemetry.record_learn(stats)  # counts a skipped update's samples as dropped itself
@@ -263,8 +277,9 @@ class Run:
         self.tracker.produced += samples
         self.tracker.in_flight += samples
 
-    def judge(self, stats: dict, update: int) -> bool:
-        """Add the invariants' verdict flags to `stats` (judged at `update`); True when one broke just now."""
+    def judge(self, stats: dict, update: int, made_by: list[str] | None = None) -> bool:
+        """Add the invariants' verdict flags to `stats` (judged at `update`, on a batch `made_by` these actor
+        incarnations, where told); True when one broke just now."""
         before = len(self.invariants.broken_at)
         for statistic, key in WIRED_STATISTICS:
             if key in stats:
@@ -272,7 +287,7 @@ class Run:
         if "logp_discrepancy" in stats:   # the actor's pairing or the learner's reading (observation_pairing)
             shifted = stats.get("logp_discrepancy_shifted", math.nan)
             stats.update(observation_pairing(stats["logp_discrepancy"], shifted))
-        stats.update(self.invariants.observe(stats, update))
+        stats.update(self.invariants.observe(stats, update, made_by or ()))
         self.judged.update({k: v for k, v in stats.items() if k.startswith("inv_") and isinstance(v, float)})
         if self.learner is not None and not stats.get("updates"):
             self.telemetry.record_invariants(stats)   # judged without an update (a dropped batch, the run's end)
@@ -285,8 +300,8 @@ class Run:
         t = self.tracker
         row = {**self.judged, **{k: v for k, v in self.stats.items()
                                  if isinstance(v, float) and not k.startswith("time_")}}
-        if isinstance(self.stats.get("actors_slow_named"), str):   # which Ray actors RLActorSlowerThanPeers names
-            row["actors_slow_named"] = self.stats["actors_slow_named"]
+        # Which processes a rule's evidence comes from (Ray actors, the learner): text its verdict quotes.
+        row.update({k: v for k, v in self.stats.items() if k in TEXT_KEYS and isinstance(v, str)})
         row.update(t.episode_stats())
         row.update({
             "updates": t.updates, "env_steps": t.env_steps, "episodes": t.episodes,

@@ -9,7 +9,9 @@ state and read process, torch and NVML figures at scrape time; `memory`
 measures a process's memory in use (what a leak grows, not allocator free lists); `process`
 serves /metrics and maintains the file_sd discovery file; `reference` writes
 docs/metrics.md from the catalogue, with `rowkeys` saying what a metrics.jsonl
-row holds; `bands` reads the healthy ranges the catalogue's help text states.
+row holds; `bands` reads the healthy ranges the catalogue's help text states;
+`invariants` lists the invariants and judges them per update, and
+`attribution` says which Ray actors' batches broke one.
 
 May import: prometheus_client, psutil, numpy, torch, pynvml. Nothing else of
 rlvitals: every other part may import telemetry, never the other way round.

@@ -230,6 +230,13 @@ METRICS: tuple[Metric, ...] = (
            "a speed, 0 before that and in local mode; the row's actors_slow_named says which (RLActorSlowerThanPeers "
            "quotes it).",
            source="actors_slow"),
+    Metric("rlvitals_learner_actors_silent", "gauge", "learner", "standard", "short",
+           "Ray actors that deliver nothing while their peers deliver, as the driver counts rollouts: an actor "
+           "whose newest rollout is more than 8 of its usual gaps behind, in rollouts its peers delivered since "
+           "(rlvitals/distributed/peers.py). Healthy: 0. Judged in Ray mode once 4 actors have delivered, 0 "
+           "before that and in local mode; the row's actors_silent_named says which (RLActorSilentAmongPeers "
+           "quotes it).",
+           source="actors_silent"),
     Metric("rlvitals_learner_logp_discrepancy_nats", "gauge", "learner", "standard", "suffix:nats",
            "Actor-learner consistency: on a batch whose staleness is 0, the largest |log pi_learner(a|x) - "
            "log mu_actor(a|x)| over its samples. The same network on the same observation gives the same "

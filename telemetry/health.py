@@ -111,6 +111,7 @@ class HealthMonitor:
         """Rule -> (update, run seconds) of the first row of its condition's current streak."""
         self.fired: dict[str, Verdict] = {}
         self.history: dict[str, list[tuple[float, bool]]] | None = None
+        self.names_keys = sorted({r.names_key for r in self.rules if r.names_key})
         self.names: dict[str, str] = {}
         """names_key -> the latest text naming the processes behind a rule's evidence (rows carry it)."""
 
@@ -122,9 +123,9 @@ class HealthMonitor:
     def __call__(self, row: dict) -> None:
         if not self.series.add(row):
             return
-        for rule in self.rules:
-            if rule.names_key and isinstance(row.get(rule.names_key), str):
-                self.names[rule.names_key] = row[rule.names_key]
+        for key in self.names_keys:
+            if isinstance(row.get(key), str):
+                self.names[key] = row[key]
         t = row.get(TIME_KEY)
         self._evaluate(self.series.last, float(t) if isinstance(t, (int, float)) else None)
         self.series.prune(self.series.last - self.reach)
@@ -195,7 +196,7 @@ def usable_number(value) -> bool:
     return isinstance(value, float) and math.isfinite(value)
 
 
-TEXT_KEYS = frozenset({"actors_slow_named"})
+TEXT_KEYS = frozenset(r.names_key for r in RULES if r.names_key)
 """Row keys that hold text: which processes a rule's evidence comes from (a rule's `names_key`)."""
 TEXT_MAX = 2000
 """Characters of such a text at most (five actors named, with their speeds, take about 400)."""

@@ -31,6 +31,12 @@ the more it is broken; a statistic that an update did not measure (a sampled che
 same updates, on a fast and on a slow machine. Once broken it stays broken for the run: a correct system
 never breaks one, so the verdict is about the code.
 
+**Which actor.** In a Ray run, the invariants judged on one batch's data (marked *per batch* below) count
+their streak run-wide and also per actor incarnation that produced the batch: one faulty actor among eight
+delivers one batch in eight, in a row among its own batches only. Their verdicts name the actors whose
+batches broke them, each with its count, and how many batches the others delivered within the limit; a
+fault in every actor is said as one ("every one of the 8 actors").
+
 **The component follows from the invariant.** Each invariant is about one part of the system, so the part
 it names is the one that owns the property: no table of known bugs stands between the evidence and the
 verdict. When several break together (a reward stored a step late also makes the returns disagree with
@@ -66,7 +72,9 @@ def render() -> str:
                       f"**Statistic:** `{inv.statistic}` (row key; the `{inv.name}` series of "
                       "`rlvitals_invariant_statistic`)."
                       f" **Broken:** over {inv.limit:g} on {inv.hold_updates} measured update"
-                      f"{'s' if inv.hold_updates > 1 else ''} in a row.{after} **Names:** {inv.component}. "
+                      f"{'s' if inv.hold_updates > 1 else ''} in a row"
+                      f"{' (per batch: per actor in a Ray run)' if inv.per_batch else ''}.{after} "
+                      f"**Names:** {inv.component}. "
                       f"**Alert:** `{inv.rule_name}` ({inv.severity}).",
                       "", f"**When broken:** {inv.summary}. {inv.check}",
                       "", f"**Why it holds, and its false alarms:** {inv.derivation}"]

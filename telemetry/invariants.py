@@ -13,6 +13,10 @@ measured updates in a row: evidence counted in updates, never in seconds, so a
 fast and a slow machine reach the same verdict after the same updates. Once
 broken it stays broken (`inv_broken_<name>` = 1 for the rest of the run): a
 correct system never breaks one, so the verdict is about the code, not a phase.
+In a Ray run the invariants judged on one batch's data (`per_batch`) also
+count a streak per actor incarnation that produced the batch: a fault in one
+actor of eight is in a row among its own batches, not among the run's, and
+the verdict names that actor (telemetry/attribution.py).
 
 The component a broken invariant names is the part that owns the property,
 which is why each invariant is written about one part only. This list is the
@@ -27,6 +31,14 @@ import math
 from dataclasses import dataclass
 
 from .verdicts import COMPONENTS, SEVERITIES
+
+ATTRIBUTED_FAMILIES = ("sampling", "boundary")
+"""Families judged on one batch's data: in a Ray run, each actor's batches are judged apart, and the actors
+whose batches break one are named (telemetry/attribution.py)."""
+ACROSS_BATCHES = ("streams_independent",)
+"""Of those, the invariants judged on the whole run's data (every stream's resets), not on one batch."""
+NAMED_PROCESS = ("memory_per_sample",)
+"""Invariants whose statistic is the worst process's: the run names that process."""
 
 FAMILIES = {
     "sampling": "the actions in a batch are draws from the behaviour distribution the actor recorded for them, "
@@ -71,6 +83,16 @@ class Invariant:
     @property
     def broken_key(self) -> str:
         return f"inv_broken_{self.name}"
+
+    @property
+    def per_batch(self) -> bool:
+        """Judged on one batch's data alone: evidence about the actors that produced the batch."""
+        return self.family in ATTRIBUTED_FAMILIES and self.name not in ACROSS_BATCHES
+
+    @property
+    def names_key(self) -> str:
+        """Row key of the text naming the processes behind the evidence (Ray actors); empty where none is."""
+        return f"inv_named_{self.name}" if self.per_batch or self.name in NAMED_PROCESS else ""
 
     @property
     def rule_name(self) -> str:
@@ -466,24 +488,37 @@ check_invariants()
 
 
 class InvariantMonitor:
-    """Counts, update by update, how long each invariant's statistic has been over its limit; latches breaks."""
+    """Counts, update by update, how long each invariant's statistic has been over its limit; latches breaks.
+
+    Evidence about one batch's producers (`per_batch` invariants, in a Ray run) is also counted per producer:
+    one faulty actor among eight delivers one batch in eight, and its breaks are in a row among its own
+    batches only, so the run-wide streak is reset by its healthy peers' batches and never reaches the hold.
+    A fault in every actor still breaks the run-wide streak after `hold_updates` updates.
+    """
 
     def __init__(self, invariants=INVARIANTS):
         self.invariants = tuple(invariants)
         self.streak = {i.name: 0 for i in self.invariants}
+        """Invariant -> its longest current streak (over producers, where counted per producer)."""
+        self.streaks: dict[str, dict[str, int]] = {i.name: {} for i in self.invariants}
+        """Invariant -> producer ('' for the run as a whole) -> its current streak."""
         self.broken_at: dict[str, int] = {}
         """Invariant -> the update at which it first counted as broken."""
 
-    def observe(self, stats: dict, update: int) -> dict[str, float]:
-        """Judge one update's statistics; the `inv_broken_*` keys to record with them."""
+    def observe(self, stats: dict, update: int, producers: tuple[str, ...] | list[str] = ()) -> dict[str, float]:
+        """Judge one update's statistics, whose batch `producers` made (Ray actors; empty: not told apart);
+        the `inv_broken_*` keys to record with them."""
         for inv in self.invariants:
             value = stats.get(inv.statistic)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
                 continue   # not measured this update: the streak neither grows nor resets
-            if update <= inv.after_updates or value <= inv.limit:
-                self.streak[inv.name] = 0
-                continue
-            self.streak[inv.name] += 1
+            over = update > inv.after_updates and value > inv.limit
+            streaks = self.streaks[inv.name]
+            # Run-wide, and per producer where the evidence is one batch's: a fault in every actor breaks the
+            # run-wide streak as fast as ever, a fault in one actor breaks that actor's own.
+            for producer in ("", *producers) if inv.per_batch else ("",):
+                streaks[producer] = streaks.get(producer, 0) + 1 if over else 0
+            self.streak[inv.name] = max(streaks.values())
             if self.streak[inv.name] >= inv.hold_updates and inv.name not in self.broken_at:
                 self.broken_at[inv.name] = update
         return {inv.broken_key: float(self.broken_at.get(inv.name, 0)) for inv in self.invariants}
@@ -492,5 +527,9 @@ class InvariantMonitor:
         return {"streak": dict(self.streak), "broken_at": dict(self.broken_at)}
 
     def load_state(self, state: dict) -> None:
-        self.streak.update({k: int(v) for k, v in state.get("streak", {}).items() if k in self.streak})
+        """Streaks go on run-wide (a resumed run's actors are new processes); breaks stay."""
+        for k, v in state.get("streak", {}).items():
+            if k in self.streak:
+                self.streak[k] = int(v)
+                self.streaks[k] = {"": int(v)}
         self.broken_at.update({k: int(v) for k, v in state.get("broken_at", {}).items() if k in self.streak})

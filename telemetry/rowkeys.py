@@ -11,6 +11,7 @@ from __future__ import annotations
 from itertools import product
 
 from .catalogue import METRICS, Metric
+from .invariants import INVARIANTS
 
 ROW_ONLY_KEYS = {
     "mean_return_last_100": "mean return of the last 100 episodes (the progress line's figure)",
@@ -23,7 +24,13 @@ ROW_ONLY_KEYS = {
     "params_finite": "1 when the weights after the update are finite",
     "actors_slow_named": "which Ray actors are far slower than their peers: actor index, pid, speed and the median "
                          "(text; rlvitals/distributed/peers.py)",
+    "actors_silent": "Ray actors that delivered nothing while their peers delivered many rollouts "
+                     "(rlvitals/distributed/peers.py)",
+    "actors_silent_named": "which: actor index, pid, and the rollouts their peers delivered since their last (text)",
 }
+ROW_ONLY_KEYS.update({inv.names_key: f"which processes' evidence broke invariant {inv.name}: each actor (index, pid) "
+                                     "with its count of batches over the limit, or the worst process (text; "
+                                     "telemetry/attribution.py)" for inv in INVARIANTS if inv.names_key})
 """Row keys that no metric exports, with what they hold."""
 
 OCCASIONAL_KEYS = {
@@ -31,7 +38,11 @@ OCCASIONAL_KEYS = {
     "inv_memory_per_sample": "once the run has seen 32 updates' worth of memory readings",
     "inv_learner_waits_while_ready": "Ray async mode only, on updates whose wait began with a rollout ready",
     "actors_slow_named": "Ray mode only, while an actor is far slower than its peers",
+    "actors_silent": "Ray mode only",
+    "actors_silent_named": "Ray mode only, while an actor is silent among its peers",
 }
+OCCASIONAL_KEYS.update({inv.names_key: "Ray mode only, once some process broke the invariant"
+                        for inv in INVARIANTS if inv.names_key})
 """Keys a row holds only in some runs, with when."""
 
 LEARNER_ONLY_KEYS = ("nonfinite", "nonfinite_samples", "loss_finite", "grads_finite", "params_finite")

@@ -327,6 +327,16 @@ RULES: tuple[Rule, ...] = (
          "1.349) below it: their node is overloaded, their envs got slower, or they hit something their peers do "
          "not. Judged once 4 actors have a speed. Prometheus raises it as RLActorSlow, by instance and node.",
          names_key="actors_slow_named", live_twin="RLActorSlow"),
+    # The run's twin of RLActorStalled: an actor that delivers nothing while its peers deliver, counted in their
+    # rollouts (rlvitals/distributed/peers.py), so a slower machine names it after the same rollouts.
+    Rule("RLActorSilentAmongPeers", S("actors_silent") > 0, 2, "fast", "warning", "throughput",
+         "Ray actors deliver nothing while their peers do in run {{ $labels.run_id }}",
+         "The named actors' newest rollout is more than 8 of their usual gaps behind (the larger of their own "
+         "recent gap and one rollout of every actor's), counted in the rollouts their peers delivered since: "
+         "they are stuck (an env step that never returns, a lost request, an actor waiting on something only "
+         "it needs), or dead and not yet back. Judged once 4 actors have delivered. Prometheus raises it as "
+         "RLActorStalled, by instance and node.",
+         names_key="actors_silent_named", live_twin="RLActorStalled"),
     Rule("RLNonFiniteSamplesDropped", Increase(S("dropped_nonfinite"), DROP_WINDOW) > 0, 0, "fast", "warning", "env",
          "Non-finite values reached the learner in run {{ $labels.run_id }}",
          "Batches with NaN or inf observations or rewards, or updates that produced them, were dropped "
@@ -406,7 +416,7 @@ def invariant_rule(inv: Invariant) -> Rule:
     """
     return Rule(inv.rule_name, S(inv.broken_key) > 0, 0, "fast", inv.severity, inv.component,
                 inv.summary + " in run {{ $labels.run_id }}", inv.check, update_key=inv.broken_key,
-                value_key=inv.statistic, value_limit=inv.limit,
+                value_key=inv.statistic, value_limit=inv.limit, names_key=inv.names_key,
                 alert_query=f'max by (run_id) ({INVARIANT_BROKEN_METRIC}{{invariant="{inv.name}"}}) > 0')
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -56,6 +57,8 @@ class PlantedBug:
     """The doctor rule expected where the doctor's tests pin it on a rule too."""
     budget_scale: float = 1.0
     """bench/diagnosis.py gives its run this many times the run channel's budget (a slow leak needs the samples)."""
+    one_actor: bool = False
+    """Ray mode: only the actor process that collects first carries the bug; the verdict must name it alone."""
 
 
 def _after_collect(mp: pytest.MonkeyPatch, change: Callable) -> None:
@@ -139,9 +142,23 @@ def advantage_carry_not_reset(mp):
     _vtrace_with(mp, done=lambda a: torch.zeros_like(a["done"]), valid=lambda a: torch.ones_like(a["valid"]))
 
 
+def _rewards_late(r):
+    r.rewards = torch.roll(r.rewards, 1, dims=0)
+
+
 def rewards_one_step_late(mp):
+    _after_collect(mp, _rewards_late)
+
+
+def one_actor_stores_rewards_late(mp):
+    """As rewards_one_step_late, in the one actor process that claims the bug (`claim_for_this_process`)."""
+    mine: list[bool] = []
+
     def change(r):
-        r.rewards = torch.roll(r.rewards, 1, dims=0)
+        if not mine:
+            mine.append(claim_for_this_process())
+        if mine[0]:
+            _rewards_late(r)
 
     _after_collect(mp, change)
 
@@ -639,6 +656,25 @@ def learner_waits_for_every_request(mp):
 PLANT_ENV = "RLVITALS_PLANTED_BUG"
 
 
+CLAIM_ENV = "RLVITALS_PLANTED_CLAIM"
+claim_path: str | None = None
+"""Where the actor process that claimed a one-actor bug wrote its pid (the last plant_in_ray_workers's)."""
+
+
+def claim_for_this_process() -> bool:
+    """True in the first process to ask (it writes its pid to the claim file named in the environment)."""
+    path = os.environ.get(CLAIM_ENV)
+    if not path:
+        return False
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as f:
+        f.write(str(os.getpid()))
+    return True
+
+
 def plant_from_env() -> None:
     """Ray worker set-up hook: apply the bug named in the environment, and the slowdown, for this worker's life."""
     from throttle import slow_from_env
@@ -656,9 +692,12 @@ def plant_in_ray_workers(bug: PlantedBug | None, slowdown: float = 1.0) -> bool:
     """
     from throttle import SLOWDOWN_ENV
 
+    global claim_path
     env_vars = {}
     if bug is not None and bug.in_actors:
         env_vars[PLANT_ENV] = bug.name
+        if bug.one_actor:
+            claim_path = env_vars[CLAIM_ENV] = os.path.join(tempfile.mkdtemp(prefix="rlvitals-claim-"), "pid")
     if slowdown != 1.0:
         env_vars[SLOWDOWN_ENV] = str(slowdown)
     if not env_vars:
@@ -799,6 +838,10 @@ INVARIANT_BUGS: tuple[PlantedBug, ...] = (
                in_actors=True, invariant="boundary_resets", what="Ray actors store reset transitions as valid"),
     PlantedBug("ray_rewards_one_step_late", "actor", "run", rewards_one_step_late, overrides=RAY, mode="ray",
                in_actors=True, invariant="boundary_rewards", what="Ray actors store each reward a step late"),
+    PlantedBug("ray_one_actor_of_four_stores_rewards_late", "actor", "run", one_actor_stores_rewards_late,
+               overrides={**RAY, "num_actors": 4, "actor_cpus": 0.25}, mode="ray", in_actors=True, one_actor=True,
+               invariant="boundary_rewards",
+               what="one Ray actor of four (one process: its node, its version) stores each reward a step late"),
     PlantedBug("ray_weights_one_age_behind", "weight-sync", "run", weights_one_age_behind, overrides=RAY,
                mode="ray", invariant="weights_as_stamped",
                what="each publication carries the previous parameters under the new age"),

@@ -15,6 +15,9 @@ same recorded series agrees with the health monitor (`promtool test rules`).
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import planted_bugs
 import pytest
 from diagnose import LOUD, diagnose
 from planted_bugs import BY_BUG
@@ -30,7 +33,7 @@ RUN_BUGS = ["value_head_no_gradient", "observations_one_step_early", "preprocess
             "actor_parameters_not_loaded",
             # designed from the invariants: one per family, a continuous-action one and one inside Ray's actors
             "actor_acts_greedily", "reset_steps_marked_valid", "lambda_used_as_gamma",
-            "ray_rewards_one_step_late",
+            "ray_one_actor_of_four_stores_rewards_late",
             # the learner's invariants break exactly on these in tests/test_invariants_learner.py (3 updates each)
             *(pytest.param(name, marks=pytest.mark.extended) for name in (
                 "value_head_left_out_of_the_optimizer", "residual_variance_arguments_swapped",
@@ -55,6 +58,10 @@ def test_planted_bug_is_pinned_on_its_component(name, tmp_path):
                                               f"{found.fired_after_s} s, not {bug.component}")
     verdict_file = (found.run_dir / "verdicts.json").read_text()
     assert first.rule in verdict_file and found.summary["verdicts"][first.severity] >= 1
+    if bug.one_actor:   # judged on that actor's batches alone, and named: its pid, and no other
+        pid = Path(planted_bugs.claim_path).read_text()
+        assert f"(pid {pid}): " in first.message and first.message.count("(pid ") == 1, first.message
+        # (how many batches the others had delivered by then depends on which actors finished first)
     # A real Prometheus, evaluating the generated rules on the series this run recorded, fires the same
     # alert, and at every checked time exactly the alerts the health monitor's counts imply (promtool fails otherwise).
     table = promtool_test(found.rows, tmp_path)

@@ -61,6 +61,34 @@ def test_the_monitor_state_survives_a_resume():
     assert resumed.observe({"inv_toy": 5.0}, 3)["inv_broken_toy"] == 3
 
 
+def test_one_actor_breaking_a_batch_invariant_is_judged_on_its_own_batches():
+    # Four actors deliver in turn; only actor "c" breaks it. Run-wide, its breaks are never in a row.
+    monitor, run_wide = InvariantMonitor([TOY]), InvariantMonitor([TOY])
+    broken = []
+    for u in range(1, 13):
+        producer = "abcd"[(u - 1) % 4]
+        value = 5.0 if producer == "c" else 0.0
+        broken.append(monitor.observe({"inv_toy": value}, u, [producer])["inv_broken_toy"])
+        run_wide.observe({"inv_toy": value}, u)
+    assert broken == [0] * 10 + [11, 11]      # c's third batch in a row (updates 3, 7, 11)
+    assert monitor.streaks["toy"] == {"": 0, "a": 0, "b": 0, "c": 3, "d": 0} and not run_wide.broken_at
+    # A batch that joins every actor's rollouts (synchronous mode) counts for each of them.
+    joined = InvariantMonitor([TOY])
+    assert [joined.observe({"inv_toy": 5.0}, u, ["a", "b"])["inv_broken_toy"] for u in (1, 2, 3)] == [0, 0, 3]
+    # A fault in every actor breaks the run-wide streak as fast as in one process (not after 3 batches each).
+    fleet = InvariantMonitor([TOY])
+    assert [fleet.observe({"inv_toy": 5.0}, u, ["abcd"[u % 4]])["inv_broken_toy"] for u in (1, 2, 3)] == [0, 0, 3]
+
+
+def test_run_wide_invariants_are_never_judged_per_producer():
+    run_wide = Invariant("toy_pipeline", "pipeline", "memory", 1.0, 2, "s", "c", "d")
+    streams = BY_NAME["streams_independent"]
+    assert not run_wide.per_batch and not streams.per_batch and TOY.per_batch
+    monitor = InvariantMonitor([run_wide])
+    assert [monitor.observe({"inv_toy_pipeline": 5.0}, u, ["abcd"[u]])["inv_broken_toy_pipeline"]
+            for u in (1, 2)] == [0, 2]
+
+
 def test_every_invariant_bug_names_its_invariants_component():
     for bug in INVARIANT_BUGS:
         assert bug.invariant in BY_NAME, bug.name

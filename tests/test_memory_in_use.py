@@ -75,5 +75,6 @@ def test_the_driver_judges_each_actor_incarnation_on_the_samples_it_produced():
     statistic = accounts.take_statistic()
     assert statistic["inv_actor_accounting"] == 0
     assert statistic["actors_memory_per_sample"] == pytest.approx(2048)
+    assert statistic["actors_memory_named"].startswith("actor 1 (pid 101): 204")   # whose it is: named
     # taken once per update (actors_slow, the peers' comparison, is on every update)
-    assert accounts.take_statistic().keys() == {"actors_slow"}, "taken once per update"
+    assert accounts.take_statistic().keys() == {"actors_slow", "actors_silent"}, "taken once per update"

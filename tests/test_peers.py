@@ -42,7 +42,7 @@ def test_one_slow_actor_is_counted_and_named_and_a_fleet_with_ordinary_spread_is
         healthy = {a: 1000.0 * (1 + rng.uniform(-0.3, 0.3)) for a in range(8)}
         peers = PeerSpeeds()
         deliver(peers, healthy, 6)
-        assert peers.take_statistic() == {"actors_slow": 0.0}, seed
+        assert peers.take_statistic() == {"actors_slow": 0.0, "actors_silent": 0.0}, seed
     peers = PeerSpeeds()
     deliver(peers, {**healthy, 5: 80.0}, 6)
     out = peers.take_statistic()
@@ -53,10 +53,10 @@ def test_one_slow_actor_is_counted_and_named_and_a_fleet_with_ordinary_spread_is
 def test_too_few_actors_or_rollouts_are_not_judged():
     peers = PeerSpeeds()
     deliver(peers, {0: 1000.0, 1: 1000.0, 2: 10.0}, 6)
-    assert peers.take_statistic() == {"actors_slow": 0.0}
+    assert peers.take_statistic() == {"actors_slow": 0.0, "actors_silent": 0.0}
     peers = PeerSpeeds()
     deliver(peers, {a: 1000.0 for a in range(6)}, 1)    # one rollout each: no speed yet
-    assert peers.take_statistic() == {"actors_slow": 0.0}
+    assert peers.take_statistic() == {"actors_slow": 0.0, "actors_silent": 0.0}
 
 
 def test_an_incarnation_that_stopped_delivering_is_left_out():
@@ -65,7 +65,31 @@ def test_an_incarnation_that_stopped_delivering_is_left_out():
     deliver(peers, {**{a: 1000.0 for a in range(6)}, 6: 50.0}, 6)
     assert peers.take_statistic()["actors_slow"] == 1.0
     deliver(peers, {a: 1000.0 for a in range(6)}, 40)          # actor 6's incarnation delivers no more
-    assert peers.take_statistic() == {"actors_slow": 0.0}
+    out = peers.take_statistic()
+    assert out["actors_slow"] == 0.0    # ...and is silent instead, until a new incarnation of actor 6 delivers
+    assert out["actors_silent"] == 1.0 and out["actors_silent_named"].startswith("actor 6 (pid 106): nothing in")
+    peers.arrived((6, 999), {"samples": 512, "seconds": {"env_step": 0.5}})
+    assert peers.take_statistic() == {"actors_slow": 0.0, "actors_silent": 0.0}
+
+
+def test_an_actor_that_stops_delivering_is_named_silent_after_its_peers_rollouts():
+    """Six actors in turn: each one's usual gap is 6 arrivals, so silence is judged beyond 8 x 6 = 48 of them.
+    A slow actor with a rhythm of its own (a rollout every 30 arrivals) is slow, never silent."""
+    peers = PeerSpeeds()
+    deliver(peers, {a: 1000.0 for a in range(6)}, 4)
+    for behind in range(1, 60):     # actor 2 hangs; the others go on, one rollout each in turn
+        key = (behind % 5 + (behind % 5 >= 2), 0)
+        peers.arrived((key[0], 100 + key[0]), {"samples": 512 * (4 + behind), "seconds": {"env_step": 0.5 * behind}})
+        out = peers.take_statistic()
+        assert out["actors_silent"] == float(behind + 3 > 48), behind      # its last rollout was 3 arrivals back
+    assert out["actors_silent_named"] == ("actor 2 (pid 102): nothing in the 62 rollouts its peers delivered "
+                                          "since its last")
+    steady = PeerSpeeds()
+    deliver(steady, {a: 1000.0 for a in range(6)}, 2)
+    for n in range(300):
+        actor = 5 if n % 30 == 0 else n % 5
+        steady.arrived((actor, 100 + actor), {"samples": 512 * (n + 3), "seconds": {"env_step": 0.5 * (n + 1)}})
+        assert steady.take_statistic()["actors_silent"] == 0.0, n
 
 
 def test_the_runs_verdict_names_the_actors_of_its_row():

@@ -156,6 +156,7 @@ def test_learner_and_local_series_per_level(level, test_env):
         local.record_rollout(rollout)
         # What the run's learn step adds to the learner's statistics (rlvitals.run.Run.learn_step; actors_slow: Ray).
         stats = {**learner.learn(rollout), "rollouts_alive": 1.0, "staleness_batches": 0.0, "actors_slow": 0.0,
+                 "actors_silent": 0.0,
                  "weights_mismatch": 0.0, **{inv.statistic: 0.0 for inv in INVARIANTS}}
         stats.update(InvariantMonitor().observe(stats, 1))
     finally:

@@ -14,7 +14,7 @@ Modules, one job each:
   fleet     the actors of one run: start-up, discovery files, deaths, restarts, weight publishing
   loops     how rollouts arrive (sync / async sources for `Run.drive`) and `train_ray`
   accounting  every rollout and second of every actor, counted by the actor and checked by the driver
-  peers     each actor's speed against its peers', from its counters: the run's verdict names the slow one
+  peers     each actor against its peers, from its counters: the run's verdict names the slow or silent one
   readiness   whether the learner waits while a finished rollout is ready (async mode)
 """
 

@@ -123,7 +123,8 @@ class ActorAccounts:
         """(actor, pid) -> the newest counters that incarnation sent."""
         self._excess: float | None = None
         self.memory: defaultdict[tuple[int, int], MemoryGrowth] = defaultdict(MemoryGrowth)
-        self._memory_per_sample: float | None = None
+        self._memory_per_sample: tuple[float, tuple[int, int]] | None = None
+        """The largest memory growth per sample since the last take, and whose."""
         self.peers = PeerSpeeds()
 
     def _note(self, counters: dict) -> tuple[int, int]:
@@ -142,9 +143,9 @@ class ActorAccounts:
             self._excess = excess if self._excess is None else max(self._excess, excess)
             if "memory" in counters:
                 growth = self.memory[key].add(counters["samples"], counters["memory"])
-                if growth == growth:        # not NaN: the incarnation has enough points
-                    worst = self._memory_per_sample
-                    self._memory_per_sample = growth if worst is None else max(worst, growth)
+                # not NaN (the incarnation has enough points), and the worst since the last take
+                if growth == growth and (self._memory_per_sample is None or growth > self._memory_per_sample[0]):
+                    self._memory_per_sample = (growth, key)
 
     def left_in_flight(self, rollout) -> None:
         for counters in rollout.actor_counters:
@@ -156,15 +157,19 @@ class ActorAccounts:
             self._note(counters)
 
     def take_statistic(self) -> dict:
-        """inv_actor_accounting over the arrivals since the last call, the worst actor incarnation's memory
+        """inv_actor_accounting over the arrivals since the last call; the worst actor incarnation's memory
         growth per sample it produced (`actors_memory_per_sample`, which the run folds into
-        inv_memory_per_sample), and the actors far slower than their peers (`actors_slow`, `actors_slow_named`:
-        rlvitals/distributed/peers.py; `actors_slow` is always there, 0 while too few actors can be judged)."""
+        inv_memory_per_sample) and whose it is (`actors_memory_named`); and the actors far slower than their
+        peers (`actors_slow`, `actors_slow_named`: rlvitals/distributed/peers.py; `actors_slow` is always there,
+        0 while too few actors can be judged)."""
         out = self.peers.take_statistic()
         if self._excess is not None:
             out["inv_actor_accounting"], self._excess = float(self._excess), None
         if self._memory_per_sample is not None:
-            out["actors_memory_per_sample"], self._memory_per_sample = float(self._memory_per_sample), None
+            growth, (actor, pid) = self._memory_per_sample
+            out["actors_memory_per_sample"] = float(growth)
+            out["actors_memory_named"] = f"actor {actor} (pid {pid}): {growth:.4g} bytes per sample it produced"
+            self._memory_per_sample = None
         return out
 
     def summary(self) -> dict:
