@@ -42,7 +42,7 @@ MEASURED_KEYS = ("wall_seconds", "rss_bytes", "inv_memory_per_sample", "inv_lear
 """Row keys read from the machine (clock, memory and memory's growth per sample, the learner's needless waits):
 different in every repetition of a run."""
 
-MODE_KEYS = ("inv_actor_accounting", "inv_named_memory_per_sample")
+MODE_KEYS = ("inv_actor_accounting", "memory_per_sample_named")
 """Row keys only one mode writes (the Ray actors' own counters; which process's memory grows, by pid): a Ray run
 replaying local mode has them besides."""
 

@@ -6,7 +6,7 @@ observations one or more actor incarnations produced, against the behaviour
 they recorded and the env's raw output they witnessed. So each measured batch
 is evidence about its producers. Per invariant and producer, this counts the
 measured batches and those over the limit; once any batch broke it, the row
-carries `inv_named_<invariant>`, which the invariant's verdict quotes:
+carries `<invariant>_named`, which the invariant's verdict quotes:
 - some producers: the NAMED with the most broken batches first, each with its
   count, and how the others fared ("actor 3 (pid 812): 6 of 6 measured
   batches over the limit; the other 7 actors: 0 of 41"): the fault is in
@@ -40,7 +40,7 @@ class InvariantAttribution:
 
     def observe(self, producers: Sequence[str], stats: dict, update: int) -> dict[str, str]:
         """Count one batch's measured statistics for its `producers`; the texts of every invariant some
-        batch broke so far (`inv_named_*` keys), for the row."""
+        batch broke so far (`<invariant>_named` keys), for the row."""
         if not producers:
             return {}
         for inv in self.invariants:

@@ -92,7 +92,7 @@ class Invariant:
     @property
     def names_key(self) -> str:
         """Row key of the text naming the processes behind the evidence (Ray actors); empty where none is."""
-        return f"inv_named_{self.name}" if self.per_batch or self.name in NAMED_PROCESS else ""
+        return f"{self.name}_named" if self.per_batch or self.name in NAMED_PROCESS else ""
 
     @property
     def rule_name(self) -> str:

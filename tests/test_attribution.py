@@ -18,7 +18,7 @@ def test_one_actor_of_four_is_named_with_its_count_and_the_others_in_one():
     texts = [attribution.observe([f"actor {i % 4} (pid {100 + i % 4})"], {"inv_toy": 2.0 if i % 4 == 2 else 0.5},
                                  i + 1) for i in range(12)]
     assert texts[:2] == [{}, {}]      # nothing broke yet: no text
-    assert texts[-1] == {"inv_named_toy": "actor 2 (pid 102): 3 of 3 measured batches over the limit; "
+    assert texts[-1] == {"toy_named": "actor 2 (pid 102): 3 of 3 measured batches over the limit; "
                                           "the other 3 actors: 0 of 9"}
 
 
@@ -26,10 +26,10 @@ def test_a_fault_in_every_actor_is_said_once():
     attribution = InvariantAttribution([TOY])
     for i in range(6):
         out = attribution.observe([f"actor {i % 3} (pid {i % 3})"], {"inv_toy": 3.0}, i + 1)
-    assert out == {"inv_named_toy": "every one of the 3 actors: 6 of 6 measured batches over the limit"}
+    assert out == {"toy_named": "every one of the 3 actors: 6 of 6 measured batches over the limit"}
     joined = InvariantAttribution([TOY])     # a synchronous batch joins them all
     assert joined.observe(["a", "b"], {"inv_toy": 3.0}, 1) == {
-        "inv_named_toy": "every one of the 2 actors: 2 of 2 measured batches over the limit"}
+        "toy_named": "every one of the 2 actors: 2 of 2 measured batches over the limit"}
 
 
 def test_unmeasured_batches_warm_up_and_the_limit_itself_are_no_evidence():
@@ -38,7 +38,7 @@ def test_unmeasured_batches_warm_up_and_the_limit_itself_are_no_evidence():
     assert attribution.observe(["a"], {"inv_late": 1.0}, 4) == {}       # at the limit: within it
     assert attribution.observe(["b"], {"inv_late": math.nan}, 5) == {}  # not measured
     out = attribution.observe(["b"], {"inv_late": 1.5}, 6)
-    assert out == {"inv_named_late": "b: 1 of 1 measured batches over the limit; the other 1 actor: 0 of 2"}
+    assert out == {"late_named": "b: 1 of 1 measured batches over the limit; the other 1 actor: 0 of 2"}
     assert attribution.observe(["a"], {}, 7) == out    # the text stays once something broke
 
 
@@ -65,6 +65,6 @@ def test_local_batches_and_run_wide_invariants_name_nothing():
 
 def test_every_names_key_is_text_the_readers_keep():
     keys = {inv.names_key for inv in INVARIANTS if inv.names_key}
-    assert keys <= TEXT_KEYS and "inv_named_memory_per_sample" in keys
-    assert BY_NAME["boundary_rewards"].names_key == "inv_named_boundary_rewards"
+    assert keys <= TEXT_KEYS and "memory_per_sample_named" in keys
+    assert BY_NAME["boundary_rewards"].names_key == "boundary_rewards_named"
     assert BY_NAME["returns_recomputed"].names_key == ""     # the learner's own: no actor to name
