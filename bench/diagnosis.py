@@ -54,9 +54,11 @@ sys.path[:0] = [str(BENCH), str(TESTS)]
 STEPS = {"CartPole-v1": 200_000, "Acrobot-v1": 200_000, "Pendulum-v1": 300_000, "rlvitals/Probe3-v0": 30_000}
 """Env steps of each healthy run: past the point where its return stops improving (Pendulum: mean
 return above -250 with the HEALTHY settings takes about 300k)."""
-RAY_HEALTHY = [("CartPole-v1", 200_000, {"mode": "ray", "num_actors": 3, "actor_cpus": 0.5, "torch_threads": 1})]
+RAY_HEALTHY = [("CartPole-v1", 200_000, {"mode": "ray", "num_actors": 3, "actor_cpus": 0.5, "torch_threads": 1}),
+               ("CartPole-v1", 200_000, {"mode": "ray", "num_actors": 8, "actor_cpus": 0.25, "torch_threads": 1})]
 """Healthy runs of the bench only (too long for the suite): Ray's asynchronous loop, whose batches are
-several learner steps stale by design and must raise nothing for it."""
+several learner steps stale by design and must raise nothing for it; with 8 actors, enough peers (4) for
+each actor to be judged against the others (slow, silent, its own batches' invariants)."""
 BOX2D_HEALTHY = [("LunarLander-v3", 1_500_000, {"num_envs": 16, "rollout_length": 1024, "learning_rate": 3e-4,
                                                  "anneal_lr": False, "num_minibatches": 64, "update_epochs": 4,
                                                  "gamma": 0.999, "gae_lambda": 0.98, "entropy_coef": 0.01})]
@@ -385,6 +387,7 @@ def main(argv: list[str] | None = None) -> Path:
     p.add_argument("--skip-run", action="store_true", help="no run channel (the doctor and healthy set only)")
     p.add_argument("--seeds", type=int, default=3, help="healthy seeds per env (default 3)")
     p.add_argument("--envs", default="", help="comma-separated healthy envs (default: all of HEALTHY)")
+    p.add_argument("--ray-only", action="store_true", help="healthy set: only the Ray runs")
     p.add_argument("--doctor", choices=("all", "expected", "none"), default="all",
                    help="run the doctor for every bug (default), only for doctor-channel bugs, or never")
     p.add_argument("--budget", type=float, default=60.0, help="run-channel budget, seconds (default 60)")
@@ -440,7 +443,7 @@ def main(argv: list[str] | None = None) -> Path:
         envs = [e for e in args.envs.split(",") if e]
         for job in healthy_jobs(args.seeds, args.promtool, args.half_speed or args.half_speed_only,
                                 not args.half_speed_only):
-            if envs and job["env"] not in envs:
+            if (envs and job["env"] not in envs) or (args.ray_only and job["overrides"].get("mode") != "ray"):
                 continue
             result = run_unit(job, timeout=job.get("slowdown", 1.0) * HEALTHY_BUDGET_S + 300)
             healthy.append({"env": job["env"], "seed": job["seed"], "steps": job["steps"],

@@ -15,6 +15,7 @@ RLActorSlowerThanPeers names the slowed actor by its pid, and no other.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import time
@@ -127,5 +128,9 @@ def test_many_tiny_actors_learn_and_the_slowed_one_is_named(ray_address, tmp_pat
     assert "RLActorSlowerThanPeers" in verdicts, sorted(verdicts)
     message = verdicts["RLActorSlowerThanPeers"].message
     assert f"(pid {slow_pid})" in message and message.count("(pid ") == 1, message
+    # No verdict of the run names a healthy actor (silent, or its own batches breaking an invariant).
+    for rule, verdict in verdicts.items():
+        named = set(re.findall(r"\(pid (\d+)\)", verdict.message))
+        assert named <= {slow_pid}, f"{rule} names healthy actors: {verdict.message}"
     returns = [r["return_mean"] for r in read_rows(run_dir / "metrics.jsonl") if r.get("return_mean") is not None]
     assert returns and returns[-1] > 1.5 * returns[0], f"the run did not learn: {returns[:3]} ... {returns[-3:]}"

@@ -76,5 +76,10 @@ def test_the_driver_judges_each_actor_incarnation_on_the_samples_it_produced():
     assert statistic["inv_actor_accounting"] == 0
     assert statistic["actors_memory_per_sample"] == pytest.approx(2048)
     assert statistic["actors_memory_named"].startswith("actor 1 (pid 101): 204")   # whose it is: named
+    assert "other" not in statistic["actors_memory_named"]      # actor 0 is flat: the one actor that grows
+    for n in range(200, 800):      # actor 0 starts growing too: the text says the worst is not alone
+        accounts.arrived(Arrival(counters(0, n, 512 * n, 300 * MiB + 1024 * 512 * (n - 199))))
+        accounts.arrived(Arrival(counters(1, n, 512 * n, 300 * MiB + 2048 * 512 * n)))
+    assert accounts.take_statistic()["actors_memory_named"].endswith("; 1 of the other 1 measured actors also over 64")
     # taken once per update (actors_slow, the peers' comparison, is on every update)
     assert accounts.take_statistic().keys() == {"actors_slow", "actors_silent"}, "taken once per update"

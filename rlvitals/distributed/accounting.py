@@ -29,11 +29,14 @@ from __future__ import annotations
 import time
 from collections import Counter, defaultdict
 
+from rlvitals.telemetry.invariants import BY_NAME as INVARIANTS_BY_NAME
 from rlvitals.telemetry.memory import memory_in_use
 
 from ..evidence import MemoryGrowth
 from .peers import PeerSpeeds
 
+MEMORY_LIMIT = INVARIANTS_BY_NAME["memory_per_sample"].limit
+"""Bytes per sample beyond which an incarnation's growth breaks memory_per_sample."""
 PHASES = ("env_step", "inference", "weight_wait", "work_wait", "other")
 """Where an actor's seconds go (the `phase` values of rlvitals_actor_phase_seconds_total): stepping envs, the
 policy's forward pass, waiting for and loading weights, waiting for work (no request in hand: the rollout it
@@ -124,6 +127,8 @@ class ActorAccounts:
         self._excess: float | None = None
         self.memory: defaultdict[tuple[int, int], MemoryGrowth] = defaultdict(MemoryGrowth)
         self._memory_per_sample: tuple[float, tuple[int, int]] | None = None
+        self.growth: dict[tuple[int, int], float] = {}
+        """Each incarnation's latest memory growth per sample (where it has enough points)."""
         """The largest memory growth per sample since the last take, and whose."""
         self.peers = PeerSpeeds()
 
@@ -143,6 +148,8 @@ class ActorAccounts:
             self._excess = excess if self._excess is None else max(self._excess, excess)
             if "memory" in counters:
                 growth = self.memory[key].add(counters["samples"], counters["memory"])
+                if growth == growth:
+                    self.growth[key] = growth
                 # not NaN (the incarnation has enough points), and the worst since the last take
                 if growth == growth and (self._memory_per_sample is None or growth > self._memory_per_sample[0]):
                     self._memory_per_sample = (growth, key)
@@ -168,7 +175,12 @@ class ActorAccounts:
         if self._memory_per_sample is not None:
             growth, (actor, pid) = self._memory_per_sample
             out["actors_memory_per_sample"] = float(growth)
-            out["actors_memory_named"] = f"actor {actor} (pid {pid}): {growth:.4g} bytes per sample it produced"
+            named = f"actor {actor} (pid {pid}): {growth:.4g} bytes per sample it produced"
+            # One actor or all of them: how many others also grow beyond the invariant's limit.
+            others = sum(g > MEMORY_LIMIT for k, g in self.growth.items() if k != (actor, pid))
+            if others:
+                named += f"; {others} of the other {len(self.growth) - 1} measured actors also over {MEMORY_LIMIT:g}"
+            out["actors_memory_named"] = named
             self._memory_per_sample = None
         return out
 
