@@ -102,6 +102,7 @@ class HealthMonitor:
     def __init__(self, rules: Iterable[Rule] = RULES, run_id: str = "", on_verdict=None,
                  on_held: Callable[[dict[str, int]], None] | None = None):
         self.rules = [r for r in rules if not r.live_only]
+        self._exprs = [(r, r.expr) for r in self.rules]   # built once: `expr` wraps the warm-up gate anew
         self.run_id = run_id
         self.on_verdict, self.on_held = on_verdict, on_held
         keys = set().union(*(r.expr.keys() | {k for k in (r.update_key, r.value_key) if k} for r in self.rules))
@@ -145,8 +146,8 @@ class HealthMonitor:
     def _evaluate(self, u: float, t: float | None) -> None:
         lookup = self.series.lookup
         held = {}
-        for rule in self.rules:
-            value = rule.expr.value(lookup, u)
+        for rule, expr in self._exprs:
+            value = expr.value(lookup, u)
             holds = value is not None
             if self.history is not None and t is not None:
                 _extend(self.history[rule.name], t, holds)

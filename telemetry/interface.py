@@ -18,7 +18,6 @@ import time
 from typing import Protocol, runtime_checkable
 
 from .recorder import Recorder
-from .rules import HELD_KEY
 
 
 @runtime_checkable
@@ -170,7 +169,7 @@ class RecorderTelemetry:
         self._recorder.record_learn({k: v for k, v in judged.items() if k.startswith("inv_")})
 
     def record_rule_held(self, held: dict) -> None:
-        self._recorder.record_learn({HELD_KEY.format(rule=rule): float(n) for rule, n in held.items()})
+        self._recorder.record_rule_held({rule: float(n) for rule, n in held.items()})
 
     def record_queue(self, depth: int, capacity: int) -> None:
         self._recorder.record_queue(depth, capacity)

@@ -24,6 +24,7 @@ from itertools import product
 import numpy as np
 
 from .catalogue import BY_NAME, METRICS, Metric
+from .rules import HELD_METRIC
 
 log = logging.getLogger("rlvitals.telemetry")
 
@@ -227,6 +228,12 @@ class Recorder:
             if key in stats:
                 counts, total = stats[key]
                 self.histograms[name].add_counts(counts, total)
+
+    def record_rule_held(self, held: dict[str, float]) -> None:
+        """Per health rule, the updates its condition has held (the rule-held gauge's `rule` label)."""
+        with self.lock:
+            for rule, updates in held.items():
+                self._set(HELD_METRIC, updates, (rule,))
 
     def record_queue(self, depth: int, capacity: int, queue: str = "rollouts") -> None:
         with self.lock:
