@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from rlvitals.telemetry.invariants import BY_NAME as INVARIANTS_BY_NAME
 from rlvitals.telemetry.recorder import strict_by_default
 
 log = logging.getLogger("rlvitals.rows")
@@ -42,7 +43,7 @@ MEASURED_KEYS = ("wall_seconds", "rss_bytes", "inv_memory_per_sample", "inv_lear
 """Row keys read from the machine (clock, memory and memory's growth per sample, the learner's needless waits):
 different in every repetition of a run."""
 
-MODE_KEYS = ("inv_actor_accounting", "memory_per_sample_named")
+MODE_KEYS = ("inv_actor_accounting", INVARIANTS_BY_NAME["memory_per_sample"].names_key)
 """Row keys only one mode writes (the Ray actors' own counters; which process's memory grows, by pid): a Ray run
 replaying local mode has them besides."""
 

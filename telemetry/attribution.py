@@ -16,7 +16,7 @@ An async batch is one incarnation's rollout; a synchronous one joins every
 actor's, so its evidence names all of them alike. Local runs have no producers
 to tell apart and get no text. Limits and warm-ups are the invariants' own, so
 a batch counts as over the limit exactly when its statistic would break a
-streak of the monitor (telemetry/invariants.py).
+streak of the monitor (`Invariant.over`, telemetry/invariants.py).
 """
 
 from __future__ import annotations
@@ -44,10 +44,9 @@ class InvariantAttribution:
         if not producers:
             return {}
         for inv in self.invariants:
-            value = stats.get(inv.statistic)
-            if not isinstance(value, float) or value != value:
+            over = inv.over(stats, update)
+            if over is None:
                 continue    # not measured on this batch: no evidence either way
-            over = update > inv.after_updates and value > inv.limit
             tally = self.tally[inv.name]
             for producer in producers:
                 counts = tally.setdefault(producer, [0, 0])
@@ -73,6 +72,11 @@ class InvariantAttribution:
         return "; ".join(parts)
 
 
+def actor_name(actor: int, pid: int) -> str:
+    """How every verdict names an actor incarnation: its index in the fleet and its process id."""
+    return f"actor {actor} (pid {pid})"
+
+
 def producers(rollout) -> list[str]:
     """The actor incarnations whose rollouts a batch joins (from the counters stamped on them); [] locally."""
-    return [f"actor {c['actor']} (pid {c['pid']})" for c in getattr(rollout, "actor_counters", ()) or ()]
+    return [actor_name(c["actor"], c["pid"]) for c in getattr(rollout, "actor_counters", ()) or ()]

@@ -98,6 +98,14 @@ class Invariant:
     def rule_name(self) -> str:
         return "RLInvariant" + "".join(part.capitalize() for part in self.name.split("_"))
 
+    def over(self, stats: dict, update: int) -> bool | None:
+        """Whether this update's statistic in `stats` is over the limit; None when it was not measured (absent,
+        NaN, not a number). Not judged, so never over, up to `after_updates`."""
+        value = stats.get(self.statistic)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+            return None
+        return update > self.after_updates and value > self.limit
+
 
 INVARIANTS: tuple[Invariant, ...] = (
     # ----------------------------------------------------------------- sampling (the actor)
@@ -498,8 +506,6 @@ class InvariantMonitor:
 
     def __init__(self, invariants=INVARIANTS):
         self.invariants = tuple(invariants)
-        self.streak = {i.name: 0 for i in self.invariants}
-        """Invariant -> its longest current streak (over producers, where counted per producer)."""
         self.streaks: dict[str, dict[str, int]] = {i.name: {} for i in self.invariants}
         """Invariant -> producer ('' for the run as a whole) -> its current streak."""
         self.broken_at: dict[str, int] = {}
@@ -509,27 +515,26 @@ class InvariantMonitor:
         """Judge one update's statistics, whose batch `producers` made (Ray actors; empty: not told apart);
         the `inv_broken_*` keys to record with them."""
         for inv in self.invariants:
-            value = stats.get(inv.statistic)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+            over = inv.over(stats, update)
+            if over is None:
                 continue   # not measured this update: the streak neither grows nor resets
-            over = update > inv.after_updates and value > inv.limit
             streaks = self.streaks[inv.name]
             # Run-wide, and per producer where the evidence is one batch's: a fault in every actor breaks the
             # run-wide streak as fast as ever, a fault in one actor breaks that actor's own.
             for producer in ("", *producers) if inv.per_batch else ("",):
                 streaks[producer] = streaks.get(producer, 0) + 1 if over else 0
-            self.streak[inv.name] = max(streaks.values())
-            if self.streak[inv.name] >= inv.hold_updates and inv.name not in self.broken_at:
+            if max(streaks.values()) >= inv.hold_updates and inv.name not in self.broken_at:
                 self.broken_at[inv.name] = update
         return {inv.broken_key: float(self.broken_at.get(inv.name, 0)) for inv in self.invariants}
 
     def state(self) -> dict:
-        return {"streak": dict(self.streak), "broken_at": dict(self.broken_at)}
+        """Each invariant's longest current streak (over producers) and the breaks."""
+        return {"streak": {name: max(s.values(), default=0) for name, s in self.streaks.items()},
+                "broken_at": dict(self.broken_at)}
 
     def load_state(self, state: dict) -> None:
         """Streaks go on run-wide (a resumed run's actors are new processes); breaks stay."""
         for k, v in state.get("streak", {}).items():
-            if k in self.streak:
-                self.streak[k] = int(v)
+            if k in self.streaks:
                 self.streaks[k] = {"": int(v)}
-        self.broken_at.update({k: int(v) for k, v in state.get("broken_at", {}).items() if k in self.streak})
+        self.broken_at.update({k: int(v) for k, v in state.get("broken_at", {}).items() if k in self.streaks})

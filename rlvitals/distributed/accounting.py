@@ -29,6 +29,7 @@ from __future__ import annotations
 import time
 from collections import Counter, defaultdict
 
+from rlvitals.telemetry.attribution import actor_name
 from rlvitals.telemetry.invariants import BY_NAME as INVARIANTS_BY_NAME
 from rlvitals.telemetry.memory import memory_in_use
 
@@ -148,11 +149,10 @@ class ActorAccounts:
             self._excess = excess if self._excess is None else max(self._excess, excess)
             if "memory" in counters:
                 growth = self.memory[key].add(counters["samples"], counters["memory"])
-                if growth == growth:
+                if growth == growth:        # not NaN: the incarnation has enough points
                     self.growth[key] = growth
-                # not NaN (the incarnation has enough points), and the worst since the last take
-                if growth == growth and (self._memory_per_sample is None or growth > self._memory_per_sample[0]):
-                    self._memory_per_sample = (growth, key)
+                    if self._memory_per_sample is None or growth > self._memory_per_sample[0]:
+                        self._memory_per_sample = (growth, key)   # the worst since the last take
 
     def left_in_flight(self, rollout) -> None:
         for counters in rollout.actor_counters:
@@ -175,7 +175,7 @@ class ActorAccounts:
         if self._memory_per_sample is not None:
             growth, (actor, pid) = self._memory_per_sample
             out["actors_memory_per_sample"] = float(growth)
-            named = f"actor {actor} (pid {pid}): {growth:.4g} bytes per sample it produced"
+            named = f"{actor_name(actor, pid)}: {growth:.4g} bytes per sample it produced"
             # One actor or all of them: how many others also grow beyond the invariant's limit.
             others = sum(g > MEMORY_LIMIT for k, g in self.growth.items() if k != (actor, pid))
             if others:

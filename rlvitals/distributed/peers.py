@@ -35,6 +35,7 @@ from collections import deque
 
 import numpy as np
 
+from rlvitals.telemetry.attribution import actor_name
 from rlvitals.telemetry.fleet_rules import SIGMAS, SLOW_FRACTION
 
 WINDOW = 4
@@ -117,7 +118,7 @@ class PeerSpeeds:
         out: dict = {"actors_slow": 0.0, "actors_silent": float(len(silent))}
         if silent:
             out["actors_silent_named"] = "; ".join(
-                f"actor {actor} (pid {pid}): nothing in the {behind} rollouts its peers delivered since its last"
+                f"{actor_name(actor, pid)}: nothing in the {behind} rollouts its peers delivered since its last"
                 for behind, (actor, pid) in silent[:NAMED])
         speeds = self.speeds()
         bound = slow_below(list(speeds.values()))
@@ -128,6 +129,6 @@ class PeerSpeeds:
         if slow:
             median = float(np.median(list(speeds.values())))
             out["actors_slow_named"] = "; ".join(
-                f"actor {actor} (pid {pid}): {s:.4g} env steps/s against the median {median:.4g}"
+                f"{actor_name(actor, pid)}: {s:.4g} env steps/s against the median {median:.4g}"
                 for s, (actor, pid) in slow[:NAMED])
         return out
