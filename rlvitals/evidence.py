@@ -16,6 +16,11 @@ counters can judge (telemetry/invariants.py has their limits and derivations):
 - `inv_rollouts_retained`: rollouts alive in this process beyond what queues and
   the batch in hand can hold.
 
+`HandedWeights` sees every rollout as it arrives, with the learner's network
+age when it was requested, and gives `inv_weights_current_at_request`: how many
+learner steps older the network that acted was (0 in a correct run); in Ray mode it
+also names the actors that acted with older weights than they were handed.
+
 Nothing here reads the clock: a fast and a slow machine see the same statistics
 after the same batches.
 """
@@ -24,6 +29,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
+
+from rlvitals.telemetry.attribution import who_broke
 
 DROP_WINDOW = 16
 """Arrivals over which the share of dropped samples is taken."""
@@ -77,6 +84,43 @@ class PipelineEvidence:
     def _drop_share(self) -> float:
         total = sum(s for s, _ in self.arrivals)
         return sum(d for _, d in self.arrivals) / total if total else NAN
+
+
+class HandedWeights:
+    """Per arriving rollout: the learner's network age when it was requested against the age that acted.
+
+    Every request carries the learner's network as it is when the request is made (Ray: published after every
+    update, handed with each request; local: the learner's own network acts), and an actor loads what it is
+    handed before it steps. So the age stamped on a rollout equals the learner's age at its request: a smaller
+    one means weights were not published with a request, or an actor kept acting with weights it had."""
+
+    def __init__(self):
+        self._lag: float | None = None
+        self.tally: dict[str, list[int]] = {}
+        """Producer (Ray actor incarnation) -> [rollouts that acted with older weights, rollouts arrived]."""
+        self.worst: dict[str, int] = {}
+        """Producer -> the most learner steps its weights were behind."""
+
+    def arrived(self, requested_age: int, policy_age: int, producer: str = "") -> None:
+        """A rollout requested when the learner's network was `requested_age`, acted by `policy_age`."""
+        lag = max(0, requested_age - policy_age)
+        self._lag = lag if self._lag is None else max(self._lag, lag)
+        if producer:
+            counts = self.tally.setdefault(producer, [0, 0])
+            counts[0] += lag > 0
+            counts[1] += 1
+            if lag:
+                self.worst[producer] = max(self.worst.get(producer, 0), lag)
+
+    def take_statistic(self) -> dict:
+        """The largest lag (learner steps) over the rollouts since the last take; once any producer lagged, which."""
+        out: dict = {}
+        if self._lag is not None:
+            out["inv_weights_current_at_request"], self._lag = float(self._lag), None
+        if self.worst:
+            notes = {p: f" (up to {n} learner steps behind)" for p, n in self.worst.items()}
+            out["weights_current_at_request_named"] = who_broke(self.tally, "rollouts", notes)
+        return out
 
 
 class MemoryGrowth:

@@ -38,7 +38,7 @@ from rlvitals.telemetry.verdicts import SEVERITIES, print_verdict
 from .archive import RunArchive
 from .checkpoint import restore, save_checkpoint
 from .config import TrainConfig
-from .evidence import PipelineEvidence
+from .evidence import HandedWeights, PipelineEvidence
 from .guard import NonFiniteGuard
 from .parts import make_learner, make_network, resolve_device
 from .progress import ProgressLine, Reading
@@ -72,6 +72,7 @@ class Run:
         # Invariants are judged per update on evidence (telemetry/invariants.py); their state rides in every row.
         self.invariants = InvariantMonitor()
         self.evidence = PipelineEvidence()
+        self.handed = HandedWeights()
         self.streams = StreamIndependence()
         self.episodes = EpisodeWitness()
         self.attribution = InvariantAttribution()
@@ -149,6 +150,7 @@ class Run:
             stats.update(boundary_statistics(rollout))  # what arrived against the env's raw output
             stats.update(self.streams.observe(rollout))  # each env draws its own episodes
             stats.update(self.episodes.observe(rollout))  # the episodes reported are the env's
+            stats.update(self.handed.take_statistic())    # every rollout acted with the weights it was handed
             if self.actor_accounts is not None:
                 stats.update(self.actor_accounts.take_statistic())
             else:
@@ -268,9 +270,16 @@ class Run:
         self.tracker.dropped[reason] += samples
         self.telemetry.record_dropped(reason, samples)
         if reason == "stale":
-            newly_broken = self.judge(self.evidence.dropped(samples), self.tracker.updates)
+            newly_broken = self.judge({**self.evidence.dropped(samples), **self.handed.take_statistic()},
+                                      self.tracker.updates)
             if newly_broken:  # every batch may be dropped: the verdict must not wait for a timed row
                 self.rows.write(self.row())
+
+    def acted(self, requested_age: int, rollout) -> None:
+        """One actor's rollout arrived (before any joining), requested when the learner's network was
+        `requested_age`: the weights_current_at_request evidence, per actor incarnation in Ray mode."""
+        for producer in producers(rollout) or ("",):
+            self.handed.arrived(requested_age, rollout.policy_age, producer)
 
     def left_in_flight(self, samples: int) -> None:
         """A batch an actor finished that the run ended without taking."""
@@ -288,7 +297,8 @@ class Run:
             shifted = stats.get("logp_discrepancy_shifted", math.nan)
             stats.update(observation_pairing(stats["logp_discrepancy"], shifted))
         stats.update(self.invariants.observe(stats, update, made_by or ()))
-        self.judged.update({k: v for k, v in stats.items() if k.startswith("inv_") and isinstance(v, float)})
+        self.judged.update({k: v for k, v in stats.items() if (k.startswith("inv_") and isinstance(v, float))
+                            or (k in TEXT_KEYS and isinstance(v, str))})   # names judged on a dropped batch too
         if self.learner is not None and not stats.get("updates"):
             self.telemetry.record_invariants(stats)   # judged without an update (a dropped batch, the run's end)
         return len(self.invariants.broken_at) > before

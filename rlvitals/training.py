@@ -49,9 +49,11 @@ class LocalRollouts:
         # hand-off "queue" holds at most the one rollout being learned from.
         with run.telemetry.phase("publish"):  # the fingerprint of the weights that act
             run.weights_handed_out()
+        requested_age = run.net.age
         with run.telemetry.phase("wait"):
             rollout = self.runner.collect(self.agent, run.cfg.rollout_length)
         with run.telemetry.phase("telemetry"):
+            run.acted(requested_age, rollout)
             run.telemetry.record_rollout(rollout)  # this process is the actor too
             run.queue(0, 1)
         return rollout

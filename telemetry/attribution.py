@@ -58,18 +58,24 @@ class InvariantAttribution:
 
     def text(self, name: str) -> str:
         """Who broke invariant `name`: the producers over its limit, worst first, and the rest in one count."""
-        tally = self.tally[name]
-        guilty = sorted(((b, m, p) for p, (b, m) in tally.items() if b), key=lambda x: (-x[0], x[2]))
-        if len(guilty) == len(tally) and len(tally) > 1:
-            over, measured = sum(b for b, _, _ in guilty), sum(m for _, m, _ in guilty)
-            return f"every one of the {len(tally)} actors: {over} of {measured} measured batches over the limit"
-        parts = [f"{p}: {b} of {m} measured batches over the limit" for b, m, p in guilty[:NAMED]]
-        if len(guilty) > NAMED:
-            parts.append(f"{len(guilty) - NAMED} more actors over it")
-        rest = [m for p, (b, m) in tally.items() if not b]
-        if rest:
-            parts.append(f"the other {len(rest)} actor{'s' if len(rest) > 1 else ''}: 0 of {sum(rest)}")
-        return "; ".join(parts)
+        return who_broke(self.tally[name], "measured batches")
+
+
+def who_broke(tally: dict[str, list[int]], unit: str, notes: dict[str, str] | None = None) -> str:
+    """Producers with counts [over the limit, measured] (`unit`: what was counted): those over, worst first
+    (the NAMED worst, each with its note, if any), the rest in one count; one line when every producer is over."""
+    notes = notes or {}
+    guilty = sorted(((b, m, p) for p, (b, m) in tally.items() if b), key=lambda x: (-x[0], x[2]))
+    if len(guilty) == len(tally) and len(tally) > 1:
+        over, measured = sum(b for b, _, _ in guilty), sum(m for _, m, _ in guilty)
+        return f"every one of the {len(tally)} actors: {over} of {measured} {unit} over the limit"
+    parts = [f"{p}: {b} of {m} {unit} over the limit{notes.get(p, '')}" for b, m, p in guilty[:NAMED]]
+    if len(guilty) > NAMED:
+        parts.append(f"{len(guilty) - NAMED} more actors over it")
+    rest = [m for p, (b, m) in tally.items() if not b]
+    if rest:
+        parts.append(f"the other {len(rest)} actor{'s' if len(rest) > 1 else ''}: 0 of {sum(rest)}")
+    return "; ".join(parts)
 
 
 def actor_name(actor: int, pid: int) -> str:

@@ -37,8 +37,8 @@ ATTRIBUTED_FAMILIES = ("sampling", "boundary")
 whose batches break one are named (telemetry/attribution.py)."""
 ACROSS_BATCHES = ("streams_independent",)
 """Of those, the invariants judged on the whole run's data (every stream's resets), not on one batch."""
-NAMED_PROCESS = ("memory_per_sample",)
-"""Invariants whose statistic is the worst process's: the run names that process."""
+NAMED_PROCESS = ("memory_per_sample", "weights_current_at_request")
+"""Invariants judged on each process's own evidence outside a batch's data: the run names the processes."""
 
 FAMILIES = {
     "sampling": "the actions in a batch are draws from the behaviour distribution the actor recorded for them, "
@@ -419,6 +419,20 @@ INVARIANTS: tuple[Invariant, ...] = (
         "batch last changed: new weights are not published to the actors, or actors never load them.",
         "Each batch is requested with the weights current at request time, so after more updates than there "
         "are batches in flight, some batch must come from a newer network."),
+    Invariant(
+        "weights_current_at_request", "pipeline", "weight-sync", 0.0, 1,
+        "Actors act with older weights than the learner had when it asked them",
+        "A rollout's network age is older than the learner's network when the rollout was requested: the "
+        "weights are not published with every request, or an actor keeps acting with weights it had instead of "
+        "loading those handed to it (a load skipped or failed, a cache that keeps old weights). The age is "
+        "stamped honestly (weights_as_stamped holds), so only this says the samples are staler than the queue "
+        "explains. Judged in learner steps (the unit of network age). In a Ray run the verdict names the actors "
+        "and how many of their rollouts lagged.",
+        "The driver publishes after every update and hands the newest weights with each request (local mode: "
+        "the learner's own network acts), and an actor loads what it is handed before it steps, so the age "
+        "stamped on a rollout equals the learner's age at its request. Counted on every arriving rollout, "
+        "learned from or dropped as stale. Statistic: the most learner steps a rollout acted behind its "
+        "request, over the rollouts since the last update; exact counts, no false alarm."),
     Invariant(
         "memory_per_sample", "pipeline", "memory", 64.0, 1,
         "Memory in use grows with every sample processed",

@@ -163,6 +163,26 @@ def one_actor_stores_rewards_late(mp):
     _after_collect(mp, change)
 
 
+def one_actor_loads_every_fourth_weights(mp):
+    """One actor process (the one that claims the bug) loads the weights handed to it on every fourth request
+    only, as a throttled refresh would, and stamps its rollouts honestly with the age it acts with."""
+    from rlvitals.distributed.workers import RolloutWorker
+
+    original = RolloutWorker.collect
+    state: dict = {}
+
+    def collect(self, weights, weights_age):
+        if "mine" not in state:
+            state["mine"], state["requests"] = claim_for_this_process(), 0
+        if state["mine"]:
+            state["requests"] += 1
+            if state["requests"] % 4 != 1:
+                weights = None      # keeps the network it has (the first request always loads)
+        return original(self, weights, weights_age)
+
+    mp.setattr(RolloutWorker, "collect", collect)
+
+
 def observations_one_step_early(mp):
     def change(r):
         r.obs = torch.cat([r.obs[1:], r.obs[-1:]])   # obs[t] := obs[t+1]: stored after the step, not before
@@ -842,6 +862,11 @@ INVARIANT_BUGS: tuple[PlantedBug, ...] = (
                overrides={**RAY, "num_actors": 4, "actor_cpus": 0.25}, mode="ray", in_actors=True, one_actor=True,
                invariant="boundary_rewards",
                what="one Ray actor of four (one process: its node, its version) stores each reward a step late"),
+    PlantedBug("ray_one_actor_of_four_loads_every_fourth_weights", "weight-sync", "run",
+               one_actor_loads_every_fourth_weights, overrides={**RAY, "num_actors": 4, "actor_cpus": 0.25},
+               mode="ray", in_actors=True, one_actor=True, invariant="weights_current_at_request",
+               what="one Ray actor of four loads the weights handed to it on every fourth request only, stamping "
+                    "the age it acts with honestly"),
     PlantedBug("ray_weights_one_age_behind", "weight-sync", "run", weights_one_age_behind, overrides=RAY,
                mode="ray", invariant="weights_as_stamped",
                what="each publication carries the previous parameters under the new age"),

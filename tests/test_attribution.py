@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
+from rlvitals.evidence import HandedWeights
 from rlvitals.telemetry.attribution import NAMED, InvariantAttribution, producers
 from rlvitals.telemetry.health import TEXT_KEYS
 from rlvitals.telemetry.invariants import BY_NAME, INVARIANTS, Invariant
@@ -68,3 +69,23 @@ def test_every_names_key_is_text_the_readers_keep():
     assert keys <= TEXT_KEYS and "memory_per_sample_named" in keys
     assert BY_NAME["boundary_rewards"].names_key == "boundary_rewards_named"
     assert BY_NAME["returns_recomputed"].names_key == ""     # the learner's own: no actor to name
+
+
+def test_handed_weights_measure_learner_steps_behind_the_request_and_name_the_laggard():
+    handed = HandedWeights()
+    assert handed.take_statistic() == {}                          # nothing arrived: not measured
+    handed.arrived(8, 8, "actor 0 (pid 10)")
+    handed.arrived(8, 8, "actor 1 (pid 11)")
+    assert handed.take_statistic() == {"inv_weights_current_at_request": 0.0}   # acted as handed: no text
+    handed.arrived(16, 4, "actor 1 (pid 11)")                    # kept the weights of age 4
+    handed.arrived(16, 16, "actor 0 (pid 10)")
+    handed.arrived(20, 24, "actor 0 (pid 10)")                   # newer than requested: not behind
+    out = handed.take_statistic()
+    assert out["inv_weights_current_at_request"] == 12.0
+    assert out["weights_current_at_request_named"] == (
+        "actor 1 (pid 11): 1 of 2 rollouts over the limit (up to 12 learner steps behind); the other 1 actor: 0 of 3")
+    assert handed.take_statistic() == {"weights_current_at_request_named": out["weights_current_at_request_named"]}
+    assert "weights_current_at_request_named" in TEXT_KEYS          # rows carry it, the verdict quotes it
+    local = HandedWeights()                                         # one process: measured, nobody to name
+    local.arrived(3, 2)
+    assert local.take_statistic() == {"inv_weights_current_at_request": 1.0}

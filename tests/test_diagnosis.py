@@ -33,7 +33,7 @@ RUN_BUGS = ["value_head_no_gradient", "observations_one_step_early", "preprocess
             "actor_parameters_not_loaded",
             # designed from the invariants: one per family, a continuous-action one and one inside Ray's actors
             "actor_acts_greedily", "reset_steps_marked_valid", "lambda_used_as_gamma",
-            "ray_one_actor_of_four_stores_rewards_late",
+            "ray_one_actor_of_four_stores_rewards_late", "ray_one_actor_of_four_loads_every_fourth_weights",
             # the learner's invariants break exactly on these in tests/test_invariants_learner.py (3 updates each)
             *(pytest.param(name, marks=pytest.mark.extended) for name in (
                 "value_head_left_out_of_the_optimizer", "residual_variance_arguments_swapped",

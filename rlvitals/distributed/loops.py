@@ -35,6 +35,7 @@ class SyncRollouts:
     def next(self) -> Rollout:
         run, fleet, ray = self.run, self.fleet, self.ray
         weights, weights_age = fleet.publish(run.net)
+        requested_age = run.net.age     # every request of the round, restarts' included
         with run.telemetry.phase("publish"):  # the fingerprint of the weights handed out
             run.weights_handed_out()
         with run.telemetry.phase("wait"):
@@ -46,6 +47,7 @@ class SyncRollouts:
                 try:
                     rollouts[task[0]] = ray.get(ready[0])
                     self.accounts.arrived(rollouts[task[0]])
+                    run.acted(requested_age, rollouts[task[0]])
                 except ray.exceptions.RayError as exc:
                     fleet.actor_failed(task, exc)
                     fleet.wait_until_back(task[0])
@@ -82,6 +84,8 @@ class AsyncRollouts:
         run.weights_handed_out()
         self.in_flight: dict = {}
         """object ref of a requested rollout -> task (actor index, generation)."""
+        self.requested_age: dict = {}
+        """object ref of a requested rollout -> the learner's network age when it was requested."""
         self.accounts = ActorAccounts()
         self.waits = ReadyWaits()
         run.actor_accounts = DriverStatistics(self.accounts, self.waits)
@@ -96,6 +100,7 @@ class AsyncRollouts:
     def _submit(self, i: int) -> None:
         ref, task = self.fleet.submit(i, self.weights, self.weights_age)
         self.in_flight[ref] = task
+        self.requested_age[ref] = self.run.net.age
 
     def next(self) -> Rollout | None:
         """The next batch to learn from; None when the one that arrived was dropped as stale."""
@@ -111,7 +116,8 @@ class AsyncRollouts:
         while True:
             with run.telemetry.phase("wait"):
                 self.waits.waiting(self._ready_now())
-                _, task, fetched = self._take()
+                ref, task, fetched = self._take()
+                requested_age = self.requested_age.pop(ref)
                 try:
                     rollout, fetch_s = fetched.result()
                 except ray.exceptions.RayError as exc:
@@ -121,6 +127,7 @@ class AsyncRollouts:
                 depth = self._prefetch()
             with run.telemetry.phase("bookkeeping"):
                 self.accounts.arrived(rollout)
+                run.acted(requested_age, rollout)
                 run.queue(depth, self.capacity)
                 if run.net.age - rollout.policy_age > run.cfg.max_staleness:
                     run.drop("stale", rollout.env_steps)
