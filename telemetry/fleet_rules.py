@@ -36,10 +36,14 @@ split (and with the spread below), each group takes 0.4-0.7 s (medians) and
 the fleet rules cost Prometheus half the work per scrape interval. A verdict compares with bounds at most 15 s old.
 
 These are live-only rules: metrics.jsonl rows hold run-level values, not one
-per actor. A Ray run's own verdict names a slow actor all the same: its driver
-compares the actors from the counters on their rollouts, with the bound here
-(rlvitals/distributed/peers.py, RLActorSlowerThanPeers). A fleet-wide fault moves the median with it and is no outlier:
-the run-level rules of telemetry/rules.py report it once.
+per actor. A Ray run's own verdicts name the actor all the same, from what
+its driver receives: a slow or silent actor against its peers, with the bound
+here (rlvitals/distributed/peers.py: RLActorSlowerThanPeers,
+RLActorSilentAmongPeers); one acting with older weights than it was handed,
+exactly (the weights_current_at_request invariant, rlvitals/evidence.py); one
+whose memory grows per sample (memory_per_sample). A fleet-wide fault moves the
+median with it and is no outlier: the run-level rules of telemetry/rules.py
+report it once.
 """
 
 from __future__ import annotations
