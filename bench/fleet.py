@@ -527,19 +527,25 @@ def simulate(actors: int, faulty: int, healthy_seconds: float, fault_seconds: fl
                 control(server_url, kind, paths)
             control(server_url, "lost", lost)
             fired: dict[str, dict] = {}
+            named_after: dict[str, dict[str, float]] = {}
+            """Alert -> instance -> seconds after the faults when a firing alert first named it."""
             while time.monotonic() - t_fault < fault_seconds:
                 for a in alerts(prom.url):
                     key = a["labels"]["alertname"] + "".join(f"/{a['labels'][k]}" for k in ("process",)
                                                               if k in a["labels"])
-                    if a["state"] == "firing" and key not in fired:
-                        fired[key] = {"after_seconds": round(time.monotonic() - t_fault, 1),
-                                      "value": a["value"], "labels": a["labels"],
+                    if a["state"] != "firing":
+                        continue
+                    now = round(time.monotonic() - t_fault, 1)
+                    if key not in fired:
+                        fired[key] = {"after_seconds": now, "value": a["value"], "labels": a["labels"],
                                       "processes": a["annotations"].get("processes", "")}
+                    for named in named_instances(a["annotations"].get("processes", "")):
+                        named_after.setdefault(key, {}).setdefault(named, now)
                 rule_times(prom.url, fault_evals, seen, intervals)
                 time.sleep(SCRAPE / 2)
             by_path = targets_by_path(fleet)
             instances = {kind: sorted(by_path[p] for p in paths) for kind, paths in chosen.items()}
-            verdicts = judge(fired, instances)
+            verdicts = judge(fired, instances, named_after)
             rss_end, _ = prom.usage()
         finally:
             if prom is not None:
@@ -573,23 +579,36 @@ def simulate(actors: int, faulty: int, healthy_seconds: float, fault_seconds: fl
     }
 
 
-def judge(fired: dict[str, dict], instances: dict[str, list[str]]) -> dict[str, dict]:
-    """Per fault: did its alert fire, when, counting how many, naming which of the faulty (and any healthy) actors.
+def named_instances(processes: str) -> list[str]:
+    """The instances a `processes` annotation names ("host:port on node n; ...")."""
+    return [p.split(" on node ")[0] for p in processes.split("; ") if p]
 
-    An alert names at most 5 (the worst); a stalled actor is also among the slow ones, so RLActorSlow counts
-    stalled and slowed actors together and may name stalled ones first."""
+
+def judge(fired: dict[str, dict], instances: dict[str, list[str]],
+          named_after: dict[str, dict[str, float]]) -> dict[str, dict]:
+    """Per fault: did its alert fire, when, counting how many, naming which of the faulty (and any healthy) actors,
+    and when each faulty actor was first named (an alert names the 5 worst, and a fault's actors cross the bound
+    at different times: the first firing may name only some).
+
+    RLActorSlow leaves stalled actors to RLActorStalled, but a stalling actor is slow first (its 30 s rate
+    reaches 0 only 30 s after it stopped), so RLActorSlow may count and name stalling ones early on."""
     faulty = {i for kind in instances.values() for i in kind}
     out = {}
     for kind in FAULTS:
         alert = fired.get(EXPECTED[kind])
-        named = [p.split(" on node ")[0] for p in alert["processes"].split("; ") if p] if alert else []
+        named = named_instances(alert["processes"]) if alert else []
+        first = named_after.get(EXPECTED[kind], {})
+        when = [first.get(i) for i in instances[kind]]
         out[kind] = {"alert": EXPECTED[kind], "fired_after_seconds": alert and alert["after_seconds"],
                      "evaluation_intervals": alert and math.ceil(alert["after_seconds"] / SCRAPE),
                      "value": alert and float(alert["value"]),
                      "faulty_of_this_kind_named": sum(i in named for i in instances[kind]),
-                     "healthy_actors_named": sorted(set(named) - faulty)}
+                     "each_faulty_named_after_seconds": when,
+                     "all_named_within_intervals": (math.ceil(max(when) / SCRAPE)
+                                                    if when and None not in when else None),
+                     "healthy_actors_named": sorted(set(named) - faulty),
+                     "healthy_actors_ever_named": sorted(set(first) - faulty)}
     return out
-
 
 
 def main(argv: list[str] | None = None) -> int:
