@@ -205,6 +205,8 @@ X11Forwarding no
 LogLevel ERROR
 """
 ROLES = ("head", "worker", "laptop")
+HANG_S = 180
+"""Seconds after which a machine, its sshd or a namespace that never came up fails the test (a hang, not a speed)."""
 
 
 def unavailable() -> str | None:
@@ -242,7 +244,8 @@ class LoopbackMachines:
                                      stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True)
         log.close()
-        deadline = time.monotonic() + 30
+        # Hang guards, not timings: on a loaded 2-core machine sshd once took over 30 s to listen.
+        deadline = time.monotonic() + HANG_S
         while time.monotonic() < deadline and len(self.inits) < len(ROLES):
             for child in psutil.Process(self.proc.pid).children(recursive=True):
                 try:
@@ -263,7 +266,7 @@ class LoopbackMachines:
                 pass
         self.namespaces.discard(os.readlink("/proc/self/ns/pid"))
         probe = "import socket,sys\nfor ip in ('127.0.0.1','127.0.0.2'): socket.create_connection((ip, 22), 2).close()"
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + HANG_S
         while self.run([sys.executable, "-c", probe], timeout=10).returncode != 0:
             assert time.monotonic() < deadline, f"sshd did not start: {self.log('head-sshd.log')}"
             time.sleep(0.2)
