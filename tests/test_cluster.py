@@ -451,7 +451,7 @@ def test_ray_up_on_loopback_trains_and_prometheus_on_the_head_scrapes_every_proc
         # Take it all down the way README.md says: nothing of Ray or the stack stays on any machine.
         down = laptop(sys.executable, "deploy/cluster/down_local.py", config, timeout=180)
         assert "stopped prometheus" in down, down[-2000:]
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + HANG_S
         while time.monotonic() < deadline and (machines.processes("head") or machines.processes("worker")):
             time.sleep(0.5)
         assert not machines.processes("head"), machines.processes("head")
