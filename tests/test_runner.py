@@ -148,7 +148,8 @@ def _faulty(fault: str) -> str:
 
 
 # ------------------------------------------------------------ (a) autoreset
-@pytest.mark.parametrize("env_id", ["CartPole-v1", "rlvitals/Probe1-v0", COUNTER])
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "rlvitals/Probe1-v0", COUNTER],
+                         ids=["CartPole-v1", "Probe1-v0", "counter"])   # stable ids: the counter's is random
 def test_vector_env_autoresets_next_step(env_id):
     env = make_vector_env(env_id, 3)
     try:
