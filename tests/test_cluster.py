@@ -282,7 +282,11 @@ class LoopbackMachines:
     def processes(self, role: str) -> list[str]:
         """What runs on a machine besides its first process and its sshd."""
         names = []
-        for process in self.inits[role].children(recursive=True):
+        try:
+            children = self.inits[role].children(recursive=True)
+        except psutil.NoSuchProcess:    # the machine's first process ended: its pid namespace ended with it
+            return []
+        for process in children:
             try:
                 if process.name() != "sshd" and process.status() != psutil.STATUS_ZOMBIE:
                     names.append(" ".join(process.cmdline())[:160])
