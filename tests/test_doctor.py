@@ -54,12 +54,13 @@ def doctor_with(plant, **request) -> list:
 
 
 SUITE_PLANTED = ["learning_rate_100x", pytest.param("optimizer_state_reset_every_step", marks=pytest.mark.extended),
-                 "preprocessing_in_the_learner_only",
+                 pytest.param("preprocessing_in_the_learner_only", marks=pytest.mark.extended),
                  pytest.param("observations_paired_with_the_next_step", marks=pytest.mark.extended),
                  "truncation_as_termination"]
 """The causes that all failed Probe 2 before the pattern table, and the time-limit probe's bug; bench/diagnosis.py
-(--doctor all) puts every planted bug through the doctor. Two are `extended` (13 s each): Adam's cleared state is
-pinned live by optimizer_state_kept (tests/test_invariants_learner.py), the pairing bug by the boundary tests."""
+(--doctor all) puts every planted bug through the doctor. Three are `extended` (13-29 s each): Adam's cleared state
+is pinned live by optimizer_state_kept (tests/test_invariants_learner.py), the pairing bug by the boundary tests,
+the learner-only preprocessing by the run channel (tests/test_diagnosis.py's preprocessing_learner_only)."""
 
 
 @pytest.mark.slow
