@@ -91,35 +91,54 @@ class HandedWeights:
 
     Every request carries the learner's network as it is when the request is made (Ray: published after every
     update, handed with each request; local: the learner's own network acts), and an actor loads what it is
-    handed before it steps. So the age stamped on a rollout equals the learner's age at its request: a smaller
-    one means weights were not published with a request, or an actor kept acting with weights it had."""
+    handed before it steps. So the age stamped on a rollout equals the learner's age at its request. A gap has
+    two places it can come from, told apart so the text names the right one: the weights handed with the
+    request were older than the learner's network (the driver's publication), or the actor acted with older
+    weights than it was handed (that actor's load)."""
 
     def __init__(self):
         self._lag: float | None = None
         self.tally: dict[str, list[int]] = {}
-        """Producer (Ray actor incarnation) -> [rollouts that acted with older weights, rollouts arrived]."""
+        """Producer (Ray actor incarnation) -> [rollouts acted with older weights than handed, rollouts arrived]."""
         self.worst: dict[str, int] = {}
-        """Producer -> the most learner steps its weights were behind."""
+        """Producer -> the most learner steps it acted behind what it was handed."""
+        self.handed_old = [0, 0, 0]
+        """[requests handed older weights than the learner's network, requests, the most steps older]."""
 
-    def arrived(self, requested_age: int, policy_age: int, producer: str = "") -> None:
-        """A rollout requested when the learner's network was `requested_age`, acted by `policy_age`."""
+    def arrived(self, requested_age: int, policy_age: int, producer: str = "", handed_age: int | None = None) -> None:
+        """A rollout requested when the learner's network was `requested_age`, handed the weights of `handed_age`
+        (default: the same), acted by `policy_age`."""
+        handed = requested_age if handed_age is None else handed_age
         lag = max(0, requested_age - policy_age)
         self._lag = lag if self._lag is None else max(self._lag, lag)
+        published_lag, load_lag = max(0, requested_age - handed), max(0, handed - policy_age)
+        self.handed_old[0] += published_lag > 0
+        self.handed_old[1] += 1
+        self.handed_old[2] = max(self.handed_old[2], published_lag)
         if producer:
             counts = self.tally.setdefault(producer, [0, 0])
-            counts[0] += lag > 0
+            counts[0] += load_lag > 0
             counts[1] += 1
-            if lag:
-                self.worst[producer] = max(self.worst.get(producer, 0), lag)
+            if load_lag:
+                self.worst[producer] = max(self.worst.get(producer, 0), load_lag)
 
     def take_statistic(self) -> dict:
-        """The largest lag (learner steps) over the rollouts since the last take; once any producer lagged, which."""
+        """The largest lag (learner steps) over the rollouts since the last take; once any lagged, where: the
+        publication, the actors that did not load what they were handed, or both."""
         out: dict = {}
         if self._lag is not None:
             out["inv_weights_current_at_request"], self._lag = float(self._lag), None
+        where = []
+        old, requests, most = self.handed_old
+        if old:
+            where.append(f"the learner's publication: {old} of {requests} requests were handed weights older than "
+                         f"the learner's network (up to {most} learner steps)")
         if self.worst:
-            notes = {p: f" (up to {n} learner steps behind)" for p, n in self.worst.items()}
-            out["weights_current_at_request_named"] = who_broke(self.tally, "rollouts", notes)
+            notes = {p: f" (acted up to {n} learner steps behind the weights it was handed)"
+                     for p, n in self.worst.items()}
+            where.append(who_broke(self.tally, "rollouts", notes))
+        if where:
+            out["weights_current_at_request_named"] = "; ".join(where)
         return out
 
 

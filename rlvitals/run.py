@@ -275,11 +275,12 @@ class Run:
             if newly_broken:  # every batch may be dropped: the verdict must not wait for a timed row
                 self.rows.write(self.row())
 
-    def acted(self, requested_age: int, rollout) -> None:
+    def acted(self, requested_age: int, rollout, handed_age: int | None = None) -> None:
         """One actor's rollout arrived (before any joining), requested when the learner's network was
-        `requested_age`: the weights_current_at_request evidence, per actor incarnation in Ray mode."""
+        `requested_age` and handed the weights of `handed_age` (Ray): the weights_current_at_request evidence,
+        per actor incarnation in Ray mode."""
         for producer in producers(rollout) or ("",):
-            self.handed.arrived(requested_age, rollout.policy_age, producer)
+            self.handed.arrived(requested_age, rollout.policy_age, producer, handed_age)
 
     def left_in_flight(self, samples: int) -> None:
         """A batch an actor finished that the run ended without taking."""

@@ -426,8 +426,9 @@ INVARIANTS: tuple[Invariant, ...] = (
         "weights are not published with every request, or an actor keeps acting with weights it had instead of "
         "loading those handed to it (a load skipped or failed, a cache that keeps old weights). The age is "
         "stamped honestly (weights_as_stamped holds), so only this says the samples are staler than the queue "
-        "explains. Judged in learner steps (the unit of network age). In a Ray run the verdict names the actors "
-        "and how many of their rollouts lagged.",
+        "explains. Judged in learner steps (the unit of network age). In a Ray run the verdict says where the gap "
+        "arose: the publication (requests handed older weights than the learner's), or the actors, named, that "
+        "acted behind the weights they were handed.",
         "The driver publishes after every update and hands the newest weights with each request (local mode: "
         "the learner's own network acts), and an actor loads what it is handed before it steps, so the age "
         "stamped on a rollout equals the learner's age at its request. Counted on every arriving rollout, "

@@ -77,15 +77,27 @@ def test_handed_weights_measure_learner_steps_behind_the_request_and_name_the_la
     handed.arrived(8, 8, "actor 0 (pid 10)")
     handed.arrived(8, 8, "actor 1 (pid 11)")
     assert handed.take_statistic() == {"inv_weights_current_at_request": 0.0}   # acted as handed: no text
-    handed.arrived(16, 4, "actor 1 (pid 11)")                    # kept the weights of age 4
+    handed.arrived(16, 4, "actor 1 (pid 11)")                    # handed 16, kept the weights of age 4
     handed.arrived(16, 16, "actor 0 (pid 10)")
     handed.arrived(20, 24, "actor 0 (pid 10)")                   # newer than requested: not behind
     out = handed.take_statistic()
     assert out["inv_weights_current_at_request"] == 12.0
     assert out["weights_current_at_request_named"] == (
-        "actor 1 (pid 11): 1 of 2 rollouts over the limit (up to 12 learner steps behind); the other 1 actor: 0 of 3")
+        "actor 1 (pid 11): 1 of 2 rollouts over the limit (acted up to 12 learner steps behind the weights it was "
+        "handed); the other 1 actor: 0 of 3")
     assert handed.take_statistic() == {"weights_current_at_request_named": out["weights_current_at_request_named"]}
     assert "weights_current_at_request_named" in TEXT_KEYS          # rows carry it, the verdict quotes it
     local = HandedWeights()                                         # one process: measured, nobody to name
     local.arrived(3, 2)
-    assert local.take_statistic() == {"inv_weights_current_at_request": 1.0}
+    assert local.take_statistic()["inv_weights_current_at_request"] == 1.0
+
+
+def test_weights_published_late_are_the_publications_not_the_actor_that_received_them():
+    handed = HandedWeights()
+    handed.arrived(8, 8, "actor 0 (pid 10)", handed_age=8)
+    handed.arrived(40, 8, "actor 1 (pid 11)", handed_age=8)      # the driver handed age 8 while the learner was at 40
+    out = handed.take_statistic()
+    assert out["inv_weights_current_at_request"] == 32.0
+    assert out["weights_current_at_request_named"] == (
+        "the learner's publication: 1 of 2 requests were handed weights older than the learner's network "
+        "(up to 32 learner steps)")                                 # actor 1 loaded what it got: not named

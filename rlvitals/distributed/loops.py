@@ -47,7 +47,7 @@ class SyncRollouts:
                 try:
                     rollouts[task[0]] = ray.get(ready[0])
                     self.accounts.arrived(rollouts[task[0]])
-                    run.acted(requested_age, rollouts[task[0]])
+                    run.acted(requested_age, rollouts[task[0]], weights_age)
                 except ray.exceptions.RayError as exc:
                     fleet.actor_failed(task, exc)
                     fleet.wait_until_back(task[0])
@@ -84,8 +84,8 @@ class AsyncRollouts:
         run.weights_handed_out()
         self.in_flight: dict = {}
         """object ref of a requested rollout -> task (actor index, generation)."""
-        self.requested_age: dict = {}
-        """object ref of a requested rollout -> the learner's network age when it was requested."""
+        self.request_ages: dict = {}
+        """object ref of a requested rollout -> (the learner's network age then, the age of the weights handed)."""
         self.accounts = ActorAccounts()
         self.waits = ReadyWaits()
         run.actor_accounts = DriverStatistics(self.accounts, self.waits)
@@ -100,7 +100,7 @@ class AsyncRollouts:
     def _submit(self, i: int) -> None:
         ref, task = self.fleet.submit(i, self.weights, self.weights_age)
         self.in_flight[ref] = task
-        self.requested_age[ref] = self.run.net.age
+        self.request_ages[ref] = (self.run.net.age, self.weights_age)
 
     def next(self) -> Rollout | None:
         """The next batch to learn from; None when the one that arrived was dropped as stale."""
@@ -117,7 +117,7 @@ class AsyncRollouts:
             with run.telemetry.phase("wait"):
                 self.waits.waiting(self._ready_now())
                 ref, task, fetched = self._take()
-                requested_age = self.requested_age.pop(ref)
+                requested_age, handed_age = self.request_ages.pop(ref)
                 try:
                     rollout, fetch_s = fetched.result()
                 except ray.exceptions.RayError as exc:
@@ -127,7 +127,7 @@ class AsyncRollouts:
                 depth = self._prefetch()
             with run.telemetry.phase("bookkeeping"):
                 self.accounts.arrived(rollout)
-                run.acted(requested_age, rollout)
+                run.acted(requested_age, rollout, handed_age)
                 run.queue(depth, self.capacity)
                 if run.net.age - rollout.policy_age > run.cfg.max_staleness:
                     run.drop("stale", rollout.env_steps)
