@@ -30,8 +30,8 @@ from rlvitals.learner.invariants import learning_rate_gap, observation_pairing, 
 from rlvitals.telemetry.attribution import InvariantAttribution, producers
 from rlvitals.telemetry.health import TEXT_KEYS, HealthMonitor
 from rlvitals.telemetry.interface import or_null
+from rlvitals.telemetry.invariant_monitor import InvariantMonitor
 from rlvitals.telemetry.invariants import BY_NAME as INVARIANTS_BY_NAME
-from rlvitals.telemetry.invariants import InvariantMonitor
 from rlvitals.telemetry.memory import memory_in_use
 from rlvitals.telemetry.verdicts import SEVERITIES, print_verdict
 

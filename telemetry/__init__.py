@@ -10,8 +10,11 @@ measures a process's memory in use (what a leak grows, not allocator free lists)
 serves /metrics and maintains the file_sd discovery file; `reference` writes
 docs/metrics.md from the catalogue, with `rowkeys` saying what a metrics.jsonl
 row holds; `bands` reads the healthy ranges the catalogue's help text states;
-`invariants` lists the invariants and judges them per update, and
-`attribution` says which Ray actors' batches broke one.
+`invariant_model` says what an invariant is; `invariants_actor`,
+`invariants_learner` and `invariants_pipeline` list them by the part whose
+data they read, `invariants` puts them in one list, `invariant_monitor`
+judges them per update, and `attribution` says which Ray actors' batches
+broke one.
 
 May import: prometheus_client, psutil, numpy, torch, pynvml. Nothing else of
 rlvitals: every other part may import telemetry, never the other way round.

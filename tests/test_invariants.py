@@ -11,7 +11,8 @@ from planted_bugs import BY_BUG, INVARIANT_BUGS
 
 from rlvitals.telemetry import invariant_reference
 from rlvitals.telemetry.catalogue import BY_NAME as METRICS_BY_NAME
-from rlvitals.telemetry.invariants import BY_NAME, FAMILIES, INVARIANTS, Invariant, InvariantMonitor
+from rlvitals.telemetry.invariant_monitor import InvariantMonitor
+from rlvitals.telemetry.invariants import BY_NAME, FAMILIES, INVARIANTS, Invariant
 from rlvitals.telemetry.rules import BY_RULE
 from rlvitals.telemetry.verdicts import COMPONENTS
 

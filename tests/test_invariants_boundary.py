@@ -22,7 +22,8 @@ from rlvitals.actors.runner import EnvRunner
 from rlvitals.actors.witness import STATISTICS
 from rlvitals.config import TrainConfig
 from rlvitals.session import train_in
-from rlvitals.telemetry.invariants import BY_NAME, InvariantMonitor
+from rlvitals.telemetry.invariant_monitor import InvariantMonitor
+from rlvitals.telemetry.invariants import BY_NAME
 
 UPDATES = 4
 

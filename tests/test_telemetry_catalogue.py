@@ -30,7 +30,8 @@ from rlvitals.telemetry.catalogue import (
 )
 from rlvitals.telemetry.health import HealthMonitor
 from rlvitals.telemetry.interface import RecorderTelemetry
-from rlvitals.telemetry.invariants import INVARIANTS, InvariantMonitor
+from rlvitals.telemetry.invariant_monitor import InvariantMonitor
+from rlvitals.telemetry.invariants import INVARIANTS
 from rlvitals.telemetry.recorder import COMPONENTS
 from rlvitals.training import make_learner, make_network, seed_everything
 

@@ -1,0 +1,160 @@
+"""The invariants of the learner's stages: dataflow into the loss, the optimisation step, and the
+exported diagnostics against their recomputation.
+"""
+
+from __future__ import annotations
+
+from .invariant_model import Invariant
+
+LEARNER_INVARIANTS: tuple[Invariant, ...] = (
+    # ----------------------------------------------------------------- dataflow (returns, policy, value)
+    Invariant(
+        "returns_recomputed", "dataflow", "returns", 1e-3, 2,
+        "Value targets or advantages differ from an independent recomputation",
+        "The targets and advantages the loss trained on are not what V-trace (GAE when fresh) gives on this "
+        "rollout's rewards, episode ends and values with the run's gamma and lambda: the returns code "
+        "discounts, bootstraps or cuts episodes wrongly.",
+        "On sampled updates (each of the first 16, then every 16th) a float64 loop in the paper's notation "
+        "(learner/reference_returns.py) recomputes v_s and A_s from the rollout's rewards (after the declared "
+        "reward scaling), episode ends and validity, the learner's values at arrival and its log-rhos against "
+        "the rollout's behaviour log-probabilities. Statistic: the larger of max|v - v_ref| / max|v_ref| and "
+        "max|A - A_ref| / (max|A_ref| + 0.01 max|v_ref|) over the samples the minibatches train on. float32 "
+        "recursion error is below 1e-5 of these scales (healthy runs: at most 2.2e-5), so 1e-3 has no false "
+        "alarm."),
+    Invariant(
+        "loss_gradient_policy", "dataflow", "policy", 0.05, 2,
+        "The policy loss's gradient is not that of the clipped surrogate on this batch's advantages",
+        "dL/dlog pi differs from -ratio x advantage / B on the unclipped samples: the policy loss uses other "
+        "advantages, ratios or behaviour log-probabilities than the batch's, or another formula.",
+        "On each sampled update's first minibatch (the first 16, then every 16th) the gradient the backward pass left "
+        "on log pi is compared with the closed form -A_i r_i / B where r_i A_i <= clip(r_i) A_i, else 0 (r from the "
+        "rollout's behaviour log-probabilities, A normalised per minibatch as configured): ||g - g_ref|| / ||g_ref||. "
+        "float32 error is 1e-6 relative (healthy runs: at most 3.4e-7), bfloat16 autocast rounds each gradient to "
+        "about 4e-3, so 5% has no false alarm."),
+    Invariant(
+        "loss_gradient_value", "dataflow", "value", 0.05, 2,
+        "The value loss's gradient is not c_v (V - target) / B",
+        "The value loss does not pull each value towards its target with the configured coefficient: detached "
+        "values, other targets, a wrong sign or scale.",
+        "Closed form c_v (V_i - t_i) / B of the squared error's gradient, compared as for the policy term (1 "
+        "when the values are detached); tolerance as for the policy term."),
+    Invariant(
+        "loss_gradient_entropy", "dataflow", "policy", 0.05, 2,
+        "The entropy term is not -c_H H(pi) / B",
+        "The entropy bonus enters the loss with another sign or weight than configured, or the entropies it is "
+        "given are not those of the policy's distributions (a negated or mis-computed entropy).",
+        "Closed form -c_H / B, compared as for the policy term (not measured when entropy_coef is 0), and the "
+        "entropies the loss was given against the closed form of the minibatch's distribution parameters: "
+        "max|H - H_ref| / max(max|H_ref|, 1 nat), float32 rounding 1e-6; the larger of the two counts, so a "
+        "distribution whose entropy is wrong is named even at entropy_coef 0. Tolerance as for the policy "
+        "term."),
+    # ----------------------------------------------------------------- optimisation
+    Invariant(
+        "learning_rate_as_configured", "optimisation", "optimizer", 1e-6, 2,
+        "The optimizer steps with another learning rate than the config's schedule",
+        "The learning rate in the optimizer's parameter groups differs from the one the config asks for at this "
+        "point of the run (learning_rate, decayed linearly to 0 over total_env_steps with anneal_lr): the "
+        "optimizer was built without the configured rate (a library default), the schedule is computed wrong "
+        "(a decay on updates instead of env steps, a fraction inverted), or the rate is never set.",
+        "The reference recomputes the schedule from the config and the run's env steps at the batch's arrival, "
+        "apart from the code that sets it, and reads every group's rate after the update; a correct run sets "
+        "exactly that float, so the relative difference is 0 (limit 1e-6)."),
+    Invariant(
+        "optimizer_state_kept", "optimisation", "optimizer", 0.0, 2,
+        "The optimizer's state does not carry over from step to step",
+        "Some parameters' optimizer step count (Adam's) did not advance by exactly the update's number of "
+        "steps: the optimizer's state (its moment estimates) is cleared, replaced or rebuilt between steps, so "
+        "every step behaves as Adam's first, or some steps never reached those parameters.",
+        "Adam increments each stepped parameter's count once per step and keeps it, so over an update of k "
+        "steps every parameter with a gradient advances by exactly k; the counts are exact (no false alarm). "
+        "Not measured for optimizers without a step count; an update the non-finite guard undid restarts the "
+        "moments after it is judged."),
+    Invariant(
+        "gradient_clipped_as_configured", "optimisation", "optimizer", 1e-3, 2,
+        "The gradient is not clipped as configured",
+        "The gradient the optimizer steps with is not the minibatch's gradient clipped by its global norm to "
+        "max_grad_norm: it is clipped per parameter or by value, at another norm, not at all, or changed "
+        "between the clip and the step. Every step is then larger or smaller than configured, and in other "
+        "directions when parameters are clipped apart.",
+        "On each sampled update's first minibatch, the flat gradient after the clip, c, against the one before it, g. "
+        "Clipping by the global norm gives exactly g * min(1, max_grad_norm / ||g||); the statistic is "
+        "||c - g * min(1, max_grad_norm / ||g||)|| / ||g * min(...)||, float32 rounding (about 1e-7) in a "
+        "correct learner in any precision, so the limit 1e-3 leaves room for nothing but a fault (no false "
+        "alarm). Clipping each parameter on its own, by value or at another norm reads 1e-2 and more."),
+    Invariant(
+        "minibatch_coverage", "optimisation", "optimizer", 0.0, 2,
+        "The update's minibatches do not cover the batch once per epoch",
+        "Some valid samples of the batch took part in more or fewer minibatch steps than there are epochs: "
+        "minibatches drawn with replacement, the same minibatch reused, a slice that leaves samples out, or "
+        "reset steps and padding trained on. The update learns from other data than the batch it was given.",
+        "Each epoch shuffles the batch's valid samples and splits them into minibatches, so every one is in "
+        "exactly update_epochs minibatch steps. The learner counts, from the index tensors the steps were "
+        "given, each sample's steps on sampled updates (one scatter-add per minibatch, on the device); the "
+        "statistic is the share of samples whose count differs. Exact: no false alarm."),
+    Invariant(
+        "optimizer_coverage", "optimisation", "optimizer", 0.0, 2,
+        "Parameters with a gradient are not stepped by the optimizer",
+        "Some parameter received a gradient in this update and did not change (or is not in any optimizer "
+        "group): it is frozen by mistake, left out of the optimizer, or its update is undone.",
+        "Count of parameters requiring a gradient that are in no optimizer group (every update), plus, on sampled "
+        "updates, those whose gradient on the first minibatch is above 1e-6 of the largest parameter's and that did "
+        "not change at all over the update. Adam's first step on such a gradient moves it by about lr (lr g / (|g| + "
+        "eps)), far above float32 resolution, and later steps would have to undo it exactly; exact, so no false alarm. "
+        "The 'did not change' part is not judged while the learning rate is 0 (the statistic is then the missing count "
+        "where there is one, else not measured)."),
+    Invariant(
+        "gradient_of_loss", "optimisation", "optimizer", 1e-3, 2,
+        "The optimizer steps with gradients that are not this minibatch's",
+        "The value head's bias gradient differs from sum_i dL/dV_i, which it must equal: gradients from earlier "
+        "steps are still in .grad (zero_grad missing or misplaced) or something else writes into them.",
+        "On each sampled update's first minibatch: the norm of every parameter's .grad between zero_grad and the "
+        "backward pass, against its norm after it. What the optimizer steps with must be this backward "
+        "pass's alone, so a correct learner reads exactly 0 in any precision (no false alarm; 1e-3 leaves "
+        "room for nothing but a fault). A missing or misplaced zero_grad (or a parameter the optimizer does "
+        "not zero) leaves about max_grad_norm of the last clipped step against a gradient norm of 5 to 50: "
+        "0.01 to 0.1, which the value-bias projection exported as gradient_mismatch (limit 0.05 for "
+        "bfloat16's sake) misses about half the time."),
+    Invariant(
+        "policy_starved", "optimisation", "preprocessing", 1e4, 20,
+        "The policy's share of the clipped update is near zero",
+        "The gradient is clipped and the policy term's gradient is less than 1/10,000 of the total: a value "
+        "loss many orders of magnitude larger than the policy's leaves the policy almost no step. Rewards or "
+        "targets are far out of scale: normalise rewards (--normalize-rewards) or check the reward scale.",
+        "On sampled updates, when the first minibatch's gradient is clipped: ||g|| / ||g_policy|| with "
+        "g_policy the gradient of the policy term alone; 0 when not clipped; not measured when g_policy is "
+        "exactly 0 (all samples clipped) or loss_gradient_policy is broken (the term is then not the "
+        "surrogate). Normalised advantages keep the policy term's gradient at its own scale while the value "
+        "term's grows with the targets': the ratio is about 100 to 250 times the reward per step. Healthy "
+        "runs after update 10: CartPole at most 6e2 (median 1.5e2), Acrobot 3.7e2, Pendulum 1.2e3 at gamma "
+        "0.9 and 4.2e3 (median 1.5e3) at gamma 0.99 with raw rewards of -16 a step; rewards x 1e6 read 3e7 "
+        "to 1e8. 1e4 sustained for 20 sampled updates needs value errors ~1e4 times the advantages' spread.",
+        severity="warning", after_updates=10),
+    # ----------------------------------------------------------------- telemetry
+    Invariant(
+        "telemetry_recomputed", "telemetry", "telemetry", 1e-3, 2,
+        "An exported diagnostic disagrees with its independent recomputation",
+        "On a sampled batch, a diagnostic the learner exported (residual variance, entropy, KL, clip "
+        "fraction, advantage or target statistics) differs from a slow float64 recomputation from the same "
+        "tensors: the diagnostic itself is broken (arguments swapped, wrong mask, wrong distribution).",
+        "On sampled updates, float64 code of its own recomputes residual variance, relative entropy, value, "
+        "target and advantage mean and std, the KL (from the last epoch's minibatch parameters) and the clip "
+        "fraction (every step's) from the same tensors. Statistic: the largest |exported - reference| / "
+        "max(|reference|, floor), floors 0.01 (residual variance, relative entropy), 0.1 (clip fraction), "
+        "1e-3 nats (KL), 1% of |mean| + std (means, stds); undefined on one side only counts 1. float32 "
+        "against float64 differs by about 1e-6 of these (healthy runs: at most 1.6e-5). The clip fraction "
+        "and entropy come from the loss's own parts: they are not held against telemetry on updates where "
+        "loss_gradient_policy or loss_gradient_entropy is broken, which name the fault there."),
+    Invariant(
+        "episode_statistics", "telemetry", "telemetry", 1e-6, 2,
+        "Reported episode returns or lengths differ from the env's own rewards",
+        "The episodes the actors report (the returns and lengths every return curve, the solve threshold and "
+        "the episode metrics are made of) are not the sums and counts of the rewards and steps the env "
+        "returned, as a witness below the runner recorded them: the episode bookkeeping is wrong (a reward "
+        "left out or counted twice, a reset step counted, scaled or clipped rewards summed, an episode lost), "
+        "while the learner's data may be right.",
+        "For every episode that began and ended inside a witnessed rollout, the witness's rewards summed over "
+        "its agent steps and counted give its return and length; both sides add the same float32 rewards in "
+        "float64, so they agree to about 1e-15 of the episode's sum of |reward| (limit 1e-6); lengths and the "
+        "number of episodes are exact. Episodes that began in an earlier rollout are not recomputed: nothing "
+        "is carried across rollouts and the actors pay nothing (actors/episode_witness.py)."),
+)
