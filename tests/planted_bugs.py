@@ -30,35 +30,10 @@ import functools
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import pytest
 import torch
-
-
-@dataclass(frozen=True)
-class PlantedBug:
-    name: str
-    component: str
-    """The component a correct diagnosis names (telemetry.verdicts.COMPONENTS)."""
-    channel: str
-    """`run` or `doctor`: where it is expected to be caught."""
-    apply: Callable[[pytest.MonkeyPatch], None]
-    overrides: dict = field(default_factory=dict)
-    """Config fields of the run (a user's settings that expose the bug)."""
-    mode: str = "local"
-    what: str = ""
-    env: str = "CartPole-v1"
-    in_actors: bool = False
-    """Ray mode: the bug lives in the actors' processes (planted there through Ray's worker set-up hook)."""
-    invariant: str = ""
-    """The invariant the bug was designed to break (INVARIANT_BUGS), '' for the earlier ones."""
-    doctor_rule: str = ""
-    """The doctor rule expected where the doctor's tests pin it on a rule too."""
-    budget_scale: float = 1.0
-    """bench/diagnosis.py gives its run this many times the run channel's budget (a slow leak needs the samples)."""
-    one_actor: bool = False
-    """Ray mode: only the actor process that collects first carries the bug; the verdict must name it alone."""
+from planted_bug import PlantedBug
 
 
 def _after_collect(mp: pytest.MonkeyPatch, change: Callable) -> None:
@@ -899,6 +874,12 @@ DOCTOR_BUGS: tuple[PlantedBug, ...] = (
                what="the distribution's entropy negated (the bonus becomes a penalty)"),
 )
 
-BUGS = LAST_ROUND + INVARIANT_BUGS + DOCTOR_BUGS
+from planted_env_stages import ENV_STAGE_BUGS  # noqa: E402  (they import the helpers above)
+from planted_learner_stages import LEARNER_STAGE_BUGS  # noqa: E402
+
+STAGE_BUGS = LEARNER_STAGE_BUGS + ENV_STAGE_BUGS
+"""Designed from the stages' complements (issue 31): each breaks one stage's output given its own inputs."""
+
+BUGS = LAST_ROUND + INVARIANT_BUGS + DOCTOR_BUGS + STAGE_BUGS
 
 BY_BUG = {b.name: b for b in BUGS}
