@@ -20,7 +20,10 @@ from rlvitals.actors.rollout import Rollout
 from . import diagnostics as diag
 from .invariants import LearnerInvariants
 from .normalize import LearnerNormalization
+from .phases import PhaseLaps
 from .returns import vtrace
+from .step_sums import StepSums
+from .transfer import first_nonfinite, head_positions, to_device, to_host, transferred
 
 
 @dataclass
@@ -116,7 +119,7 @@ class PPOLearner:
         self.amp = settings.mixed_precision and device.type == "cuda"
         self.sync_phases = False
         """Wait for the device at each phase boundary: honest per-phase GPU times (profiling), slower updates."""
-        self.heads = _head_positions(net, device)
+        self.heads = head_positions(net, device)
         self.reward_scale = torch.zeros((), device=device)
         """Largest |reward| of any valid step learned from in this run (kept on the device)."""
         self.normalization = LearnerNormalization(net, settings.normalize_rewards, settings.normalize_clip, device)
@@ -158,7 +161,7 @@ class PPOLearner:
         # After the update: this batch was learned with the observation statistics its actors acted with.
         batch.stats.update(self.normalization.update_observations(batch.mb_obs))
         out = self._report(batch, update)
-        where = _first_nonfinite(out)
+        where = first_nonfinite(out)
         steps, count_learned = update.steps, batch.count
         if where:
             # Skip the batch: the weights, Adam's moments and the age are as if it never came.
@@ -179,8 +182,8 @@ class PPOLearner:
     def _transfer(self, rollout: Rollout) -> tuple[dict, torch.Tensor]:
         """The rollout's tensors on the learner's device, and the flat positions of its valid samples."""
         index = rollout.valid.reshape(-1).nonzero().squeeze(-1)       # host-side: no device sync
-        tensors = {k: _to_device(getattr(rollout, k), self.device) for k in _transferred(rollout)}
-        return tensors, _to_device(index, self.device)
+        tensors = {k: to_device(getattr(rollout, k), self.device) for k in transferred(rollout)}
+        return tensors, to_device(index, self.device)
 
     def _arrive(self, r: dict, index: torch.Tensor, staleness: int) -> _Batch:
         """Targets from the network as it is when the batch arrives (V-trace corrects staleness)."""
@@ -218,7 +221,7 @@ class PPOLearner:
         """update_epochs shuffled passes over the batch, num_minibatches optimizer steps each."""
         s, net, dev = self.s, self.net, self.device
         before = diag.flat_params(net)
-        sums = _StepSums(dev)
+        sums = StepSums(dev)
         fwd_s = 0.0
         steps = 0
         directions: dict = {}
@@ -290,7 +293,7 @@ class PPOLearner:
             stats.update({"target_hist_sum": (b.targets * b.valid).sum(),
                           "advantage_hist_sum": (b.advantages * b.valid).sum()})
             stats.update(diag.layer_statistics(self.net, b.activations))
-        return _to_host(stats, vectors)
+        return to_host(stats, vectors)
 
     def _autocast(self):
         """bfloat16 autocast for forward passes when mixed precision is on (CUDA only); else nothing."""
@@ -348,121 +351,3 @@ class PPOLearner:
         self.nonfinite_batches += 1
 
 
-class PhaseLaps:
-    """Contiguous timing of one learn call: each lap closes the interval since the previous one, so the
-    phases add up to the whole call. Given a CUDA device it waits for the device at each boundary (the
-    queued kernels then count where they were launched, not at the next host sync)."""
-
-    def __init__(self, sync_device: torch.device | None = None):
-        self.sync = sync_device if sync_device is not None and sync_device.type == "cuda" else None
-        self.seconds: dict[str, float] = {}
-        self.last = time.perf_counter()
-
-    def lap(self, phase: str) -> None:
-        if self.sync is not None:
-            torch.cuda.synchronize(self.sync)
-        now = time.perf_counter()
-        key = f"time_{phase}"
-        self.seconds[key] = self.seconds.get(key, 0.0) + now - self.last
-        self.last = now
-
-    def split_update(self, forward_backward_s: float) -> None:
-        """The update's lap: its forward/backward seconds, the rest (clipping, steps, running sums) optimizer."""
-        self.lap("optimizer")
-        self.seconds["time_optimizer"] -= forward_backward_s
-        self.seconds["time_forward_backward"] = forward_backward_s
-
-
-class _StepSums:
-    """Running sums over one batch's optimizer steps, kept on the device (no sync in the loop)."""
-
-    def __init__(self, dev: torch.device):
-        self.sums: dict[str, torch.Tensor] = {}
-        self.loss_ok = torch.ones((), dtype=torch.bool, device=dev)
-        self.grads_ok = torch.ones((), dtype=torch.bool, device=dev)
-        self.grad_absmax = torch.zeros((), device=dev)
-        self.kl = torch.zeros((), device=dev)
-        self.small_sq = torch.zeros((), device=dev)   # sum of |g_minibatch|^2 over the first epoch
-        self.big_grad = None                          # sum of the first epoch's minibatch gradients
-
-    def add(self, loss, parts: dict, grad_norm, grads, first_epoch: bool) -> None:
-        self.loss_ok &= torch.isfinite(loss.detach())
-        self.grads_ok &= torch.isfinite(grad_norm)
-        for k, v in parts.items():
-            self.sums[k] = self.sums.get(k, 0.0) + v.detach()
-        self.sums["grad_norm"] = self.sums.get("grad_norm", 0.0) + grad_norm.detach()
-        self.sums["grad_meansq"] = self.sums.get("grad_meansq", 0.0) + grads.pow(2).mean()
-        self.grad_absmax = torch.maximum(self.grad_absmax, grads.abs().max())
-        if first_epoch:
-            self.small_sq = self.small_sq + grads.pow(2).sum()
-            self.big_grad = grads.clone() if self.big_grad is None else self.big_grad + grads
-
-    def result(self, steps: int, count: int, num_minibatches: int, noise_scale) -> dict:
-        """Means per step, the KL per sample and the gradient noise scale from the first epoch's two batch sizes."""
-        n_first = max(1, min(num_minibatches, count))
-        noise = noise_scale.update(self.small_sq / n_first, (self.big_grad / n_first).pow(2).sum(),
-                                   count / n_first, float(count))
-        return {**{k: v / steps for k, v in self.sums.items()}, "grad_absmax": self.grad_absmax,
-                "kl": self.kl / max(count, 1), "grad_noise_scale": noise,
-                "loss_finite": self.loss_ok.float(), "grads_finite": self.grads_ok.float()}
-
-
-def _head_positions(net: nn.Module, device: torch.device) -> dict[str, torch.Tensor]:
-    """Where each output head's own parameters lie in diag.flat_grads(net): their gradient norm, before
-    clipping, is then one index_select per head (a parameter without a gradient is zeros there)."""
-    if not hasattr(net, "heads"):
-        return {}
-    where, start = {}, 0
-    for p in net.parameters():
-        where[id(p)] = torch.arange(start, start + p.numel())
-        start += p.numel()
-    return {head: torch.cat([where[id(p)] for p in params]).to(device) for head, params in net.heads().items()}
-
-
-def _transferred(rollout: Rollout) -> tuple[str, ...]:
-    """The rollout's tensors the learner copies to its device."""
-    names = ("obs", "actions", "rewards", "terminated", "truncated", "valid", "behaviour_params", "behaviour_logp")
-    return names + (("discounted_returns",) if rollout.discounted_returns is not None else ())  # reward scaling
-
-
-def pin_rollout(rollout: Rollout, device: torch.device) -> Rollout:
-    """For a CUDA learner: the rollout's tensors moved into pinned host memory, so `learn` only queues
-    asynchronous copies. Meant for whoever fetches rollouts off the learner's thread (Ray mode's
-    background fetch); elsewhere, or on a CPU learner, the rollout is returned as it is."""
-    if device.type == "cuda":
-        for name in _transferred(rollout):
-            tensor = getattr(rollout, name)
-            if tensor.device.type == "cpu" and not tensor.is_pinned():
-                setattr(rollout, name, tensor.pin_memory())
-    return rollout
-
-
-def _to_device(x: torch.Tensor, dev: torch.device) -> torch.Tensor:
-    """Host tensor to the learner's device: on CUDA through pinned memory, so the copy is asynchronous."""
-    if dev.type == "cuda" and x.device.type == "cpu" and not x.is_pinned():
-        x = x.pin_memory()
-    return x.to(dev, non_blocking=True)
-
-
-def _first_nonfinite(host: dict) -> str:
-    """Where non-finite values first showed up in an update ('' when everything was finite)."""
-    for flag, where in (("loss_finite", "loss"), ("grads_finite", "gradients"), ("params_finite", "weights")):
-        if host[flag] < 1:
-            return where
-    return ""
-
-
-def _to_host(scalars: dict, vectors: dict) -> dict:
-    """Copy every statistic of the batch to the host in one transfer."""
-    names = list(scalars)
-    parts = [torch.stack([scalars[k].float() for k in names])] + [v.float().reshape(-1) for v in vectors.values()]
-    host = torch.cat(parts).tolist()
-    out = dict(zip(names, host[: len(names)], strict=True))
-    offset = len(names)
-    for key, v in vectors.items():
-        out[key] = host[offset: offset + v.numel()]
-        offset += v.numel()
-    for key in ("target_hist", "advantage_hist"):
-        if key in out:
-            out[key] = (out[key], out.pop(f"{key}_sum"))
-    return out

@@ -8,7 +8,7 @@ phase, and every phase a local PPO run goes through must have been timed. Ratios
 from __future__ import annotations
 
 from rlvitals.config import TrainConfig
-from rlvitals.learner.ppo import PhaseLaps
+from rlvitals.learner.phases import PhaseLaps
 from rlvitals.session import train_in
 from rlvitals.telemetry.catalogue import BY_NAME
 from rlvitals.telemetry.interface import RecorderTelemetry

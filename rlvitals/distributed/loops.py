@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from rlvitals.actors.rollout import Rollout
-from rlvitals.learner.ppo import pin_rollout
+from rlvitals.learner.transfer import pin_rollout
 
 from ..archive import RunArchive
 from ..config import TrainConfig
