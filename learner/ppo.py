@@ -45,6 +45,10 @@ class PPOSettings:
     mixed_precision: bool = False
     normalize_rewards: bool = False
     normalize_clip: float = 10.0
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    """Adam's moment decay rates (Kingma & Ba's defaults)."""
+    adam_eps: float = 1e-5
+    """Adam's epsilon: 1e-5 as in the PPO implementations of OpenAI baselines and CleanRL, not torch's 1e-8."""
 
 
 def ppo_loss(logp, behaviour_logp, values, advantages, value_targets, entropy, s: PPOSettings):
@@ -107,7 +111,8 @@ class PPOLearner:
         self.net = net.to(device)
         self.s = settings
         self.device = device
-        self.optimizer = torch.optim.Adam(net.parameters(), lr=settings.learning_rate, eps=1e-5)
+        self.optimizer = torch.optim.Adam(net.parameters(), lr=settings.learning_rate, betas=settings.adam_betas,
+                                          eps=settings.adam_eps)
         self.generator = torch.Generator().manual_seed(int(seed) + 1)
         self.noise_scale = diag.GradientNoiseScale()
         self.value_trace = value_trace
@@ -214,7 +219,7 @@ class PPOLearner:
                        mb_params=flat(r["behaviour_params"]), mb_adv=flat(advantages), mb_targets=flat(targets),
                        count=int(index.shape[0]), stats=stats, activations=activations)
         with torch.no_grad():
-            self.invariants.arrival(batch, r, params_all, values_all, index)
+            self.invariants.arrival(batch, r, params_all, values_all, index, log_rhos)
         return batch
 
     def _update(self, b: _Batch) -> _Update:
@@ -236,9 +241,12 @@ class PPOLearner:
                 parts.update({f"grad_norm_{head}": grads.index_select(0, at).norm() for head, at in self.heads.items()})
                 tb = self._clock()
                 grad_norm = nn.utils.clip_grad_norm_(net.parameters(), s.max_grad_norm)
-                if steps == 0 and self.invariants.sampled:
+                first_sampled = steps == 0 and self.invariants.sampled
+                if first_sampled:
                     self.invariants.clipped(grads, diag.flat_grads(net))
                 self.optimizer.step()
+                if first_sampled:
+                    self.invariants.stepped()
                 net.age += 1
                 steps += 1
                 fwd_s += tb - ta

@@ -76,7 +76,9 @@ def make_agent(cfg: TrainConfig, runner, net: ActorCritic):
 
 
 def ppo_settings(cfg: TrainConfig) -> PPOSettings:
-    return PPOSettings(**{f: getattr(cfg, f) for f in PPOSettings.__dataclass_fields__})
+    """The learner's settings from the config; those the config does not hold (Adam's betas and epsilon) keep
+    the learner's defaults."""
+    return PPOSettings(**{f: getattr(cfg, f) for f in PPOSettings.__dataclass_fields__ if hasattr(cfg, f)})
 
 
 def make_learner(cfg: TrainConfig, net: ActorCritic, device: torch.device, telemetry=None) -> PPOLearner:

@@ -48,6 +48,34 @@ LEARNER_INVARIANTS: tuple[Invariant, ...] = (
         "max|H - H_ref| / max(max|H_ref|, 1 nat), float32 rounding 1e-6; the larger of the two counts, so a "
         "distribution whose entropy is wrong is named even at entropy_coef 0. Tolerance as for the policy "
         "term."),
+    Invariant(
+        "distribution_as_defined", "dataflow", "policy", 1e-3, 2,
+        "The action distribution's log-probabilities, entropy or KL are not the distribution's",
+        "The formula that the actor records with and the learner trains with (learner/networks.py) gives other "
+        "log-probabilities, entropies or KL divergences than torch.distributions on the same parameters. Actor "
+        "and learner agree with each other through it, so the actor's record and the exported diagnostics read "
+        "through a wrong formula: those checks wait while this one is broken, and the formula is named.",
+        "On sampled updates the product's log pi(a|x) of every behaviour action, its entropy and KL(mu || pi) "
+        "are recomputed in float64 by torch.distributions (Categorical from logits, a diagonal Normal from mean "
+        "and log std). Statistic: the largest |product - reference| / max(|reference|, 1 nat); float32 agrees "
+        "to about 1e-6, so 1e-3 has no false alarm."),
+    Invariant(
+        "value_loss_inputs", "dataflow", "value", 1e-6, 2,
+        "The value loss is handed other targets than the returns computed",
+        "The targets the value loss trains on are not a copy of the returns stage's output for those samples: "
+        "the hand-over between the returns and the value loss (flattening, indexing, a stale or scaled copy) "
+        "changed them, while the returns themselves are right.",
+        "On sampled updates the minibatch targets are compared with the returns' output at the valid samples, "
+        "flattened apart. Both are exact copies of one tensor, so any difference over 1e-6 of the targets' "
+        "scale is not rounding."),
+    Invariant(
+        "policy_loss_inputs", "dataflow", "policy", 1e-6, 2,
+        "The policy loss is handed other advantages, actions or behaviour records than the batch's",
+        "The advantages, actions, behaviour log-probabilities or distribution parameters the policy loss "
+        "trains on are not copies of the returns' advantages and the rollout's records for those samples: the "
+        "hand-over into the policy loss changed them.",
+        "As value_loss_inputs, for the advantages (against the returns' output) and the actions, behaviour "
+        "log-probabilities and parameters (against the rollout as it arrived): exact copies, limit 1e-6."),
     # ----------------------------------------------------------------- optimisation
     Invariant(
         "learning_rate_as_configured", "optimisation", "optimizer", 1e-6, 2,
@@ -97,11 +125,26 @@ LEARNER_INVARIANTS: tuple[Invariant, ...] = (
         "Some parameter received a gradient in this update and did not change (or is not in any optimizer "
         "group): it is frozen by mistake, left out of the optimizer, or its update is undone.",
         "Count of parameters requiring a gradient that are in no optimizer group (every update), plus, on sampled "
-        "updates, those whose gradient on the first minibatch is above 1e-6 of the largest parameter's and that did "
-        "not change at all over the update. Adam's first step on such a gradient moves it by about lr (lr g / (|g| + "
-        "eps)), far above float32 resolution, and later steps would have to undo it exactly; exact, so no false alarm. "
-        "The 'did not change' part is not judged while the learning rate is 0 (the statistic is then the missing count "
-        "where there is one, else not measured)."),
+        "updates, those that the reference Adam step of the first minibatch (optimizer_step_as_configured) moves "
+        "beyond float32 rounding and that did not change at all over the update: later steps would have to undo "
+        "that step exactly; exact, so no false alarm. A converged run whose steps round away in float32 (gradients "
+        "near 1e-9 against Adam's epsilon) moves nothing and is not judged. The 'did not change' part is not judged "
+        "while the learning rate is 0 (the statistic is then the missing count where there is one, else not "
+        "measured)."),
+    Invariant(
+        "optimizer_step_as_configured", "optimisation", "optimizer", 1e-3, 2,
+        "The optimizer's step is not Adam's with the configured hyperparameters",
+        "From the same parameters, gradients, moments and learning rate, Adam with the configured betas and "
+        "epsilon takes another step than the one taken: another optimizer or other hyperparameters, a step "
+        "scaled inside the optimizer while its learning rate reads right, moments not updated, or a parameter "
+        "changed without a gradient.",
+        "On each sampled update's first minibatch the parameters, clipped gradients, Adam's moments and step "
+        "counts and each group's learning rate are copied before the step; a float64 Adam written apart "
+        "(learner/invariants/optimizer_step.py) gives the expected step. Per element the step taken may differ "
+        "by 4 float32 ulps of the parameter plus 1e-5 of the step's magnitude (moments computed from |m| and |g|, "
+        "so cancellation is allowed for); the statistic is the norm of the excess over the norm of the "
+        "magnitudes, exactly 0 in a correct learner whatever the gradient's size, steps that round away "
+        "included. Limit 1e-3."),
     Invariant(
         "gradient_of_loss", "optimisation", "optimizer", 1e-3, 2,
         "The optimizer steps with gradients that are not this minibatch's",

@@ -1,9 +1,166 @@
 """Planted faults in the learner's stages: the distribution, what the
-returns hand to the loss, the gradient, the clip and the optimizer's step: each breaks one stage's output given its
-own inputs (issue 31), planted from outside the product code."""
+returns hand to the losses, and the optimizer's step: each breaks one stage's output given its own inputs
+(issue 31), planted from outside the product code.
+
+Three shapes the first verdict used to get wrong: a formula that actor and learner share (both agree with each
+other, so only a reference outside the product sees it, and the formula's owner must be named, not the actor
+that records with it nor the telemetry that reports through it); a value handed wrongly between two correct
+parts (the consumer is named, not the producer); an optimizer whose step is not the configured one while its
+learning rate and step counts read right.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
+import torch
 from planted_bug import PlantedBug
 
-LEARNER_STAGE_BUGS: tuple[PlantedBug, ...] = ()
+PENDULUM = "Pendulum-v1"
+RAY = {"mode": "ray", "num_actors": 2, "torch_threads": 1}
+
+
+# ---------------------------------------------------------------- formulas actor and learner share
+
+
+def gaussian_log_prob_without_the_normaliser(mp):
+    from rlvitals.learner.networks import DiagGaussian
+
+    def log_prob(self, params, actions):
+        # The classic slip: -log sigma left out of the density (sampling, done apart, stays right).
+        mean, log_std = self._split(params)
+        z = (actions - mean) / log_std.exp()
+        return (-0.5 * z.pow(2) - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+    mp.setattr(DiagGaussian, "log_prob", log_prob)
+
+
+def categorical_log_prob_at_half_temperature(mp):
+    from torch.nn import functional as F
+
+    from rlvitals.learner.networks import Categorical
+
+    # Log-probabilities of softmax(logits / 2) for every caller, while actions are still drawn from softmax(logits).
+    mp.setattr(Categorical, "log_prob", lambda self, params, actions: F.log_softmax(params / 2, -1).gather(
+        -1, actions.long().unsqueeze(-1)).squeeze(-1))
+
+
+def gaussian_kl_without_the_variance_ratio(mp):
+    from rlvitals.learner.networks import DiagGaussian
+
+    def kl(self, p_params, q_params):
+        mp_, lp = self._split(p_params)
+        mq, lq = self._split(q_params)
+        return (lq - lp + (mp_ - mq).pow(2) / (2 * torch.exp(2 * lq))).sum(-1).clamp_min(0.0)
+
+    mp.setattr(DiagGaussian, "kl", kl)
+
+
+# ---------------------------------------------------------------- a value handed wrongly between correct parts
+
+
+def _batch_changed(mp, change) -> None:
+    """The learner's batch as `_arrive` built it, changed before the minibatch steps: change(batch) -> batch."""
+    from rlvitals.learner.ppo import PPOLearner
+
+    original = PPOLearner._arrive
+
+    def _arrive(self, r, index, staleness):
+        return change(original(self, r, index, staleness))
+
+    mp.setattr(PPOLearner, "_arrive", _arrive)
+
+
+def value_loss_handed_targets_of_the_previous_sample(mp):
+    # The flattened targets taken one sample off: each value regresses on its neighbour's target.
+    _batch_changed(mp, lambda b: dataclasses.replace(b, mb_targets=torch.roll(b.mb_targets, 1, 0)))
+
+
+def policy_loss_handed_unnormalised_rewards_as_advantages(mp):
+    # The policy loss is handed the rewards where the advantages belong (a field copied from the wrong array).
+    def change(b):
+        T, N = b.rewards.shape
+        rewards = b.rewards.reshape(T * N)[b.valid.reshape(T * N)]
+        return dataclasses.replace(b, mb_adv=rewards.to(b.mb_adv.dtype))
+
+    _batch_changed(mp, change)
+
+
+# ---------------------------------------------------------------- the optimizer's step
+
+
+def adam_with_other_betas(mp):
+    original = torch.optim.Adam
+
+    class Adam(original):
+        def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), **kwargs):
+            super().__init__(params, lr=lr, betas=(0.5, 0.9), **kwargs)   # a "faster" Adam, set where it is built
+
+    mp.setattr(torch.optim, "Adam", Adam)
+
+
+def adam_step_scaled_inside(mp):
+    # The step applies three times the group's rate and sets it back: the rate every reader sees is right.
+    original = torch.optim.Adam.step
+
+    def step(self, closure=None):
+        rates = [group["lr"] for group in self.param_groups]
+        for group in self.param_groups:
+            group["lr"] = group["lr"] * 3
+        try:
+            return original(self, closure)
+        finally:
+            for group, lr in zip(self.param_groups, rates, strict=True):
+                group["lr"] = lr
+
+    mp.setattr(torch.optim.Adam, "step", step)
+
+
+def adam_second_moment_frozen(mp):
+    # The second moment keeps its first value: later steps divide by a stale scale.
+    original = torch.optim.Adam.step
+
+    def step(self, closure=None):
+        kept = {p: state["exp_avg_sq"].clone() for p, state in self.state.items() if "exp_avg_sq" in state}
+        out = original(self, closure)
+        for p, v in kept.items():
+            self.state[p]["exp_avg_sq"].copy_(v)
+        return out
+
+    mp.setattr(torch.optim.Adam, "step", step)
+
+
+LEARNER_STAGE_BUGS: tuple[PlantedBug, ...] = (
+    PlantedBug("gaussian_log_prob_without_the_normaliser", "policy", "run", gaussian_log_prob_without_the_normaliser,
+               env=PENDULUM, invariant="distribution_as_defined",
+               what="the diagonal Gaussian's log-density leaves out -log sigma, for actor and learner alike"),
+    PlantedBug("categorical_log_prob_at_half_temperature", "policy", "run", categorical_log_prob_at_half_temperature,
+               invariant="distribution_as_defined",
+               what="log-probabilities of softmax(logits / 2) while actions are drawn from softmax(logits)"),
+    PlantedBug("gaussian_kl_without_the_variance_ratio", "telemetry", "run", gaussian_kl_without_the_variance_ratio,
+               env=PENDULUM, invariant="telemetry_recomputed",
+               what="the Gaussian KL, which only the KL diagnostic uses, leaves out sigma_p^2 / sigma_q^2 - 1"),
+    PlantedBug("ray_gaussian_log_prob_without_the_normaliser", "policy", "run",
+               gaussian_log_prob_without_the_normaliser, env=PENDULUM, overrides=RAY, mode="ray", in_actors=True,
+               invariant="distribution_as_defined",
+               what="Ray mode: the shared Gaussian log-density without -log sigma, in actors and learner"),
+    PlantedBug("value_loss_handed_targets_of_the_previous_sample", "value", "run",
+               value_loss_handed_targets_of_the_previous_sample, invariant="value_loss_inputs",
+               what="the returns are right; the value loss is handed each sample's neighbour's target"),
+    PlantedBug("policy_loss_handed_rewards_as_advantages", "policy", "run",
+               policy_loss_handed_unnormalised_rewards_as_advantages, env=PENDULUM, invariant="policy_loss_inputs",
+               what="the returns are right; the policy loss is handed the rewards as advantages"),
+    PlantedBug("ray_value_loss_handed_targets_of_the_previous_sample", "value", "run",
+               value_loss_handed_targets_of_the_previous_sample, overrides=RAY, mode="ray",
+               invariant="value_loss_inputs", what="Ray mode: the value loss is handed its neighbour's targets"),
+    PlantedBug("adam_with_other_betas", "optimizer", "run", adam_with_other_betas,
+               invariant="optimizer_step_as_configured", what="Adam built with betas (0.5, 0.9), not the configured"),
+    PlantedBug("adam_step_scaled_inside", "optimizer", "run", adam_step_scaled_inside, env=PENDULUM,
+               invariant="optimizer_step_as_configured",
+               what="each step applies 3x the learning rate its group reads"),
+    PlantedBug("adam_second_moment_frozen", "optimizer", "run", adam_second_moment_frozen,
+               invariant="optimizer_step_as_configured", what="Adam's second moment never updated after it is made"),
+    PlantedBug("ray_adam_with_other_betas", "optimizer", "run", adam_with_other_betas, overrides=RAY, mode="ray",
+               invariant="optimizer_step_as_configured", what="Ray mode: the learner's Adam with betas (0.5, 0.9)"),
+)

@@ -55,6 +55,21 @@ def returns_error(ref_targets, ref_advantages, targets, advantages) -> torch.Ten
     return torch.maximum(target_error, advantage_error)
 
 
+def handoff_error(received: list[torch.Tensor], produced: list[torch.Tensor]) -> torch.Tensor:
+    """What a stage was handed against what the stage before it produced: the largest |received - produced| /
+    max(max |produced|, 1e-8) over the pairs; 0 for exact copies (indexing and flattening copy exactly), 1 for a
+    pair whose shapes differ. NaN when every pair is empty."""
+    gaps = []
+    for got, made in zip(received, produced, strict=True):
+        if got.shape != made.shape:
+            gaps.append(torch.ones((), dtype=F64, device=made.device))
+        elif made.numel():
+            got64, made64 = got.detach().to(F64), made.detach().to(F64)
+            scale = made64.abs().amax().clamp_min(1e-8)
+            gaps.append(((got64 - made64).abs().amax() / scale).nan_to_num(nan=1.0))
+    return torch.stack(gaps).amax() if gaps else torch.full((), NAN, dtype=F64, device=produced[0].device)
+
+
 def _grad(output: torch.Tensor) -> torch.Tensor:
     """d loss / d output as the backward pass left it (retain_grad); 0 where the loss does not reach it."""
     return output.grad.to(F64) if output.grad is not None else torch.zeros_like(output, dtype=F64)

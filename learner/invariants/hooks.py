@@ -6,8 +6,9 @@ from __future__ import annotations
 import torch
 
 from ..reference_returns import vtrace_reference
-from .common import F64, LOSS_GRADIENT_TOLERANCE, NAN, _largest, _log_prob, _relative_error_of
-from .dataflow import loss_gradient_errors, returns_error
+from .common import F64, LOSS_GRADIENT_TOLERANCE, NAN, _largest, _relative_error_of
+from .dataflow import handoff_error, loss_gradient_errors, returns_error
+from .distribution import DISTRIBUTION_TOLERANCE, distribution_error
 from .optimisation import (
     _norm,
     _norms,
@@ -17,6 +18,7 @@ from .optimisation import (
     optimizer_steps,
     policy_share,
 )
+from .optimizer_step import AdamReference
 from .sampling import sampling_statistics
 from .telemetry import arrival_disagreement, flat_target_spread, update_disagreement
 
@@ -24,7 +26,9 @@ SAMPLED_FIRST, SAMPLED_EVERY = 16, 16
 KEYS = ("inv_sampling_logp", "inv_sampling_frequency", "inv_behaviour_record", "inv_returns_recomputed",
         "inv_loss_gradient_policy", "inv_loss_gradient_value", "inv_loss_gradient_entropy",
         "inv_optimizer_coverage", "inv_gradient_of_loss", "inv_policy_starved", "inv_telemetry_recomputed",
-        "inv_minibatch_coverage", "inv_optimizer_state_kept", "inv_gradient_clipped_as_configured")
+        "inv_minibatch_coverage", "inv_optimizer_state_kept", "inv_gradient_clipped_as_configured",
+        "inv_distribution_as_defined", "inv_value_loss_inputs", "inv_policy_loss_inputs",
+        "inv_optimizer_step_as_configured")
 
 
 def is_sampled(update: int) -> bool:
@@ -51,16 +55,26 @@ class LearnerInvariants:
         self.behaviour_logp: torch.Tensor | None = None
         self.arrival_telemetry: tuple[torch.Tensor, torch.Tensor] | None = None
         self.optimizer_steps_before: dict[int, float] | None = None
+        self.adam = AdamReference(learner.s.adam_betas, learner.s.adam_eps)
+        self.moves: torch.Tensor | None = None
+        """Per parameter: the reference step of the first minibatch moves it beyond float32 rounding."""
+        self.distribution_off = torch.zeros((), dtype=torch.bool)
+        self.handed: dict[str, torch.Tensor] = {}
+        """What the losses must be handed (the returns' output and the rollout's records, flat): sampled updates."""
+        """This update's distribution formulas are off their reference: what reads through them is not judged."""
         self.count = 0
         """The batch's valid samples (minibatch_coverage counts each one's steps from `steps`)."""
 
     def arrival(self, batch, r: dict, params_all: torch.Tensor, values_all: torch.Tensor,
-                index: torch.Tensor) -> None:
-        """The batch as it arrived: sampling, the returns' reference and the arrival statistics' recomputation."""
+                index: torch.Tensor, log_rhos: torch.Tensor) -> None:
+        """The batch as it arrived: the distribution's formulas, sampling, the returns' own output against its
+        reference from the returns' own inputs (`log_rhos` as the learner handed them), and the arrival
+        statistics' recomputation."""
         learner = self.learner
         s, dist = learner.s, learner.net.dist
         self.sampled = is_sampled(learner.updates)
-        self.steps, self.grad_norms, self.arrival_telemetry = [], None, None
+        self.steps, self.grad_norms, self.arrival_telemetry, self.moves = [], None, None, None
+        self.distribution_off = torch.zeros((), dtype=torch.bool, device=learner.device)
         self.count = batch.count
         self.optimizer_steps_before = optimizer_steps(learner.optimizer)
         nan = torch.full((), NAN, device=learner.device)
@@ -71,15 +85,28 @@ class LearnerInvariants:
         T = valid.shape[0]
         flat = lambda x: x.reshape(T * valid.shape[1], *x.shape[2:]).index_select(0, index)  # noqa: E731
         self.behaviour_logp = flat(r["behaviour_logp"])
-        self.out["inv_sampling_logp"], self.out["inv_sampling_frequency"] = sampling_statistics(
-            dist, flat(r["behaviour_params"]), flat(actions), self.behaviour_logp)
         params = params_all[:T]
-        log_rhos = _log_prob(dist, params, actions) - r["behaviour_logp"].to(F64)
+        # The formula actor and learner share comes first: what reads through it is judged only where it holds.
+        self.out["inv_distribution_as_defined"] = distribution_error(dist, flat(params), flat(actions),
+                                                                     flat(r["behaviour_params"]))
+        self.distribution_off = self.out["inv_distribution_as_defined"] > DISTRIBUTION_TOLERANCE
+        logp_stat, frequency_stat = sampling_statistics(dist, flat(r["behaviour_params"]), flat(actions),
+                                                        self.behaviour_logp)
+        self.out["inv_sampling_logp"] = torch.where(self.distribution_off, NAN, logp_stat)
+        self.out["inv_sampling_frequency"] = torch.where(self.distribution_off, NAN, frequency_stat)
+        # The returns stage from its own inputs: the log-rhos as handed (the distribution's formula is judged
+        # above), held to the formula's own output, and the returns' output (not what the losses are later
+        # handed, judged at the first minibatch) against the reference.
+        produced_log_rhos = dist.log_prob(params, actions) - r["behaviour_logp"]
         ref_targets, ref_advantages = vtrace_reference(
-            values_all[:T], values_all[1:], r["rewards"], r["terminated"], r["truncated"], valid, log_rhos,
-            s.gamma, s.gae_lambda, s.vtrace_rho_clip, s.vtrace_c_clip)
-        self.out["inv_returns_recomputed"] = returns_error(flat(ref_targets), flat(ref_advantages), batch.mb_targets,
-                                                           batch.mb_adv)
+            values_all[:T], values_all[1:], r["rewards"], r["terminated"], r["truncated"], valid,
+            log_rhos.to(F64), s.gamma, s.gae_lambda, s.vtrace_rho_clip, s.vtrace_c_clip)
+        self.out["inv_returns_recomputed"] = torch.fmax(
+            returns_error(flat(ref_targets), flat(ref_advantages), flat(batch.targets), flat(batch.advantages)),
+            handoff_error([flat(log_rhos)], [flat(produced_log_rhos)]))
+        # What the losses must be handed: the returns' output and the rollout's records, flattened here apart.
+        self.handed = {"targets": flat(batch.targets), "advantages": flat(batch.advantages),
+                       "actions": flat(actions), "behaviour_params": flat(r["behaviour_params"])}
         min_std = flat_target_spread(learner.reward_scale, valid, r["terminated"] | r["truncated"], s.gamma)
         self.arrival_telemetry = arrival_disagreement(dist, params, batch.values, batch.targets, batch.advantages,
                                                       valid, min_std, batch.stats)
@@ -101,6 +128,12 @@ class LearnerInvariants:
         if not self.sampled:
             return
         learner = self.learner
+        # What each loss was handed on this minibatch against what the stage before it produced (exact copies).
+        h = self.handed
+        self.out["inv_value_loss_inputs"] = handoff_error([b.mb_targets[mb]], [h["targets"][mb]])
+        self.out["inv_policy_loss_inputs"] = handoff_error(
+            [b.mb_adv[mb], b.mb_logp[mb], b.mb_actions[mb], b.mb_params[mb]],
+            [h["advantages"][mb], self.behaviour_logp[mb], h["actions"][mb], h["behaviour_params"][mb]])
         self.out.update(loss_gradient_errors(learner.net.dist, dist_params, logp, values, entropy,
                                              self.behaviour_logp[mb], b.mb_adv[mb], b.mb_targets[mb], learner.s))
         params = list(learner.net.parameters())
@@ -116,6 +149,11 @@ class LearnerInvariants:
         """On the first minibatch, between the gradient clip and the optimizer's step: the flat gradient before
         the clip and after it (only asked for on sampled updates: `sampled`)."""
         self.out["inv_gradient_clipped_as_configured"] = clip_error(before, after, self.learner.s.max_grad_norm)
+        self.adam.before(self.learner.optimizer, list(self.learner.net.parameters()))
+
+    def stepped(self) -> None:
+        """Right after the first minibatch's optimizer step (sampled updates): the step against the reference."""
+        self.out["inv_optimizer_step_as_configured"], self.moves = self.adam.after()
 
     def step(self, mb: torch.Tensor, mb_params: torch.Tensor, last_epoch: bool) -> None:
         """Each minibatch's policy parameters, kept on sampled updates for the KL and clip fraction's check."""
@@ -136,17 +174,21 @@ class LearnerInvariants:
             uses = torch.zeros(self.count, dtype=torch.int32, device=mbs.device).index_add_(
                 0, mbs, torch.ones_like(mbs, dtype=torch.int32))
             self.out["inv_minibatch_coverage"] = (uses != learner.s.update_epochs).to(F64).mean()
-        self.out["inv_optimizer_coverage"] = optimizer_coverage(params, learner.optimizer, self.grad_norms,
+        self.out["inv_optimizer_coverage"] = optimizer_coverage(params, learner.optimizer, self.moves,
                                                                 u.before, after)
         if self.sampled and self.arrival_telemetry is not None:
             # The exported entropy is the distribution's, which the loss uses too: when the loss's entropies are
             # off their closed form, the policy's invariant names the fault and the diagnostic is not held to it.
             entropy_gap, others = self.arrival_telemetry
             entropy_off = self.out["inv_loss_gradient_entropy"] > LOSS_GRADIENT_TOLERANCE
-            gaps = [others, torch.where(entropy_off, NAN, entropy_gap)]
+            # Likewise the entropy and the clip fraction read through the distribution's formulas (the clip
+            # fraction through the recorded log-probabilities): its own invariant names a wrong formula.
+            gaps = [others, torch.where(entropy_off | self.distribution_off, NAN, entropy_gap)]
             if self.steps:
-                gaps += update_disagreement(learner.net.dist, learner.s.clip_coef, self.steps, b, self.behaviour_logp,
-                                            stats, self.out["inv_loss_gradient_policy"])
+                clip_gap, kl_gap = update_disagreement(learner.net.dist, learner.s.clip_coef, self.steps, b,
+                                                       self.behaviour_logp, stats,
+                                                       self.out["inv_loss_gradient_policy"])
+                gaps += [torch.where(self.distribution_off, NAN, clip_gap), kl_gap]
             self.out["inv_telemetry_recomputed"] = _largest(gaps)
         out, self.steps = self.out, []
         return out

@@ -3,12 +3,13 @@ backward pass's alone, clipped as configured; no loss term starves the others un
 
 optimizer_coverage (optimizer). Count of parameters that require a gradient
 but are in no optimizer group (every update), plus, on sampled updates,
-parameters whose gradient on the first minibatch is above 1e-6 of the largest
-parameter's (norms) and that did not change at all over the update. Adam's first step of an element with
-gradient g moves it by lr g / (|g| + eps) (bias-corrected), far above float32
-resolution for any gradient that is not negligible against the largest; the
-later steps of the update would have to undo it exactly. Exact: limit 0. The
-"did not change" part is not judged while the learning rate is 0 (the
+parameters that the reference Adam step of the first minibatch
+(optimizer_step.py) moves beyond float32 rounding and that did not change at
+all over the update: the later steps of the update would have to undo that
+first step exactly. A parameter whose every step rounds away in float32 (a
+converged run: gradients near 1e-9, steps far below a parameter's ulp) is not
+judged, as not moving is then what a correct optimizer does. Exact: limit 0.
+The "did not change" part is not judged while the learning rate is 0 (the
 statistic is then the missing count when there is one, else NaN).
 
 gradient_of_loss (optimizer). On each sampled update's first minibatch, the norm of
@@ -52,9 +53,6 @@ import torch
 
 from .common import F64, LOSS_GRADIENT_TOLERANCE, NAN
 
-MOVED_FRACTION = 1e-6
-"""A parameter is judged by optimizer_coverage when its gradient is above this share of the largest."""
-
 
 def _gradient_of(loss: torch.Tensor, params: list[torch.Tensor], keep_graph: bool) -> list[torch.Tensor]:
     """d loss / d param for each parameter, in float64 (zeros where the loss does not reach it)."""
@@ -87,17 +85,17 @@ def policy_share(params: list[torch.Tensor], grad_norm: torch.Tensor, policy_los
     return torch.where((own == 0) | (loss_gradient_policy > LOSS_GRADIENT_TOLERANCE), NAN, share)
 
 
-def optimizer_coverage(params: list[torch.Tensor], optimizer, grad_norms: torch.Tensor | None,
+def optimizer_coverage(params: list[torch.Tensor], optimizer, moves: torch.Tensor | None,
                        before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
-    """Parameters needing a gradient outside every optimizer group, plus those with a gradient that never moved."""
+    """Parameters needing a gradient outside every optimizer group, plus those the reference step had to move
+    beyond float32 rounding (`moves`, per parameter, from optimizer_step.AdamReference) that never moved."""
     stepped = {id(p) for group in optimizer.param_groups for p in group["params"]}
     missing = sum(1 for p in params if p.requires_grad and id(p) not in stepped)
     lr_zero = any(group.get("lr", 0.0) == 0 for group in optimizer.param_groups)
-    if lr_zero or grad_norms is None:
+    if lr_zero or moves is None:
         return torch.full((), float(missing) if missing else NAN, device=before.device)
     moved = _norms(list(torch.split(after - before, [p.numel() for p in params]))) > 0
-    judged = grad_norms > MOVED_FRACTION * grad_norms.amax()
-    frozen = (judged & ~moved).sum()
+    frozen = (moves & ~moved).sum()
     return (frozen + missing).float()
 
 
