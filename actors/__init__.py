@@ -4,8 +4,9 @@
 registers the probe environments, `agents` holds the probe agents, `runner`
 collects rollouts stamped with the network age that produced them, and
 `rollout` defines what travels from actors to the learner. `witness` records raw env output below the
-runner; `episode_witness` and `streams` judge, from it and the rollout, the episodes reported and the
-independence of the env streams.
+runner (`space_check` counts observations outside their space, `time_limit` probes each sub-env's TimeLimit);
+`boundary`, `episode_witness` and `streams` judge, from it and the rollout, what the learner gets, the
+episodes reported and the independence of the env streams.
 
 May import: numpy, torch, gymnasium. Never telemetry, the learner or the
 wiring in `rlvitals`: a rollout carries what the actors measured (episodes,

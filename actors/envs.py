@@ -45,7 +45,8 @@ def resolve_env_id(env_id: str) -> str:
     return env_id
 
 
-def make_vector_env(env_id: str, num_envs: int, atari_options=None, env_kwargs=None) -> gym.vector.VectorEnv:
+def make_vector_env(env_id: str, num_envs: int, atari_options=None, env_kwargs=None,
+                    witness_seed: int | None = None) -> gym.vector.VectorEnv:
     """A vector env of `num_envs` copies in NEXT_STEP autoreset mode.
 
     Uses the env's own vectorised implementation when it has one (CartPole's
@@ -53,9 +54,12 @@ def make_vector_env(env_id: str, num_envs: int, atari_options=None, env_kwargs=N
     process-based vectorisation is the Ray mode's job, not this one's. ALE ids
     get the standard Atari preprocessing (see actors/atari.py; `atari_options`
     is an atari.AtariOptions). `env_kwargs` go to the env's constructor, as
-    `gym.make(env_id, **env_kwargs)`, after check_env_kwargs.
+    `gym.make(env_id, **env_kwargs)`, after check_env_kwargs. With `witness_seed`, the env is returned inside a
+    `Witness` (actors/witness.py) put directly on what gymnasium returned: whatever rlvitals wraps around the
+    env afterwards is above the witness, so a change it makes to rewards or observations is seen as a change.
     """
     from . import atari
+    from .witness import Witness
 
     env_id = resolve_env_id(env_id)
     spec = gym.spec(env_id)
@@ -68,6 +72,8 @@ def make_vector_env(env_id: str, num_envs: int, atari_options=None, env_kwargs=N
     else:
         env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
                            vector_kwargs={"autoreset_mode": AUTORESET_MODE}, **env_kwargs)
+    if witness_seed is not None:
+        env = Witness(env, witness_seed)
     mode = env.metadata.get("autoreset_mode")
     if mode != AUTORESET_MODE:
         env.close()
@@ -79,6 +85,17 @@ def make_vector_env(env_id: str, num_envs: int, atari_options=None, env_kwargs=N
 SET_BY_RLVITALS = {"num_envs": "--num-envs", "vectorization_mode": "rlvitals", "vector_kwargs": "rlvitals",
                    "wrappers": "rlvitals", "autoreset_mode": "rlvitals (NEXT_STEP)"}
 """Arguments of gymnasium's make_vec that are not the env's to take: who sets each."""
+
+
+def find_witness(env: gym.vector.VectorEnv):
+    """The Witness in a stack of vector wrappers (make_vector_env's, under whatever was wrapped around it)."""
+    from .witness import Witness
+
+    while not isinstance(env, Witness):
+        if not isinstance(env, gym.vector.VectorWrapper):
+            raise EnvError("the env has no witness of its raw output; build it with make_vector_env(witness_seed=...)")
+        env = env.env
+    return env
 
 
 def check_env_kwargs(env_id: str, spec, env_kwargs: dict) -> None:

@@ -18,6 +18,10 @@ and the counts agree)
     episode's sum of |reward| (the limit, 1e-6, leaves a factor of 1e9); lengths
     and counts are exact. False alarms: none. Cost: a few vectorised operations
     per rollout in the learner; none in the actors.
+    Judged only on inputs that are right: the runner sums the rewards it was
+    handed, so where the rollout's stored rewards differ from the witness's
+    (an upstream stage changed them: boundary_rewards names it) the reports
+    have no trusted reference and the update reads NaN.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from .boundary import relative_difference
 
 TINY = 1e-12
 
@@ -61,7 +67,9 @@ class EpisodeWitness:
             worst = max(worst, float(np.where(same, 0.0, np.where(np.isfinite(gap), gap, 1.0)).max()))
         if offset != returns.size:
             return {"inv_episode_statistics": 1.0}
-        return {"inv_episode_statistics": worst if compared else math.nan}
+        if not compared or not _rewards_as_witnessed(rollout, records):
+            return {"inv_episode_statistics": math.nan}
+        return {"inv_episode_statistics": worst}
 
     def _episodes(self, rec, T: int) -> tuple[int, np.ndarray, np.ndarray]:
         """(episode ends in the record, the indices among them of the ones recomputed, [3, k] their return,
@@ -95,3 +103,13 @@ class EpisodeWitness:
         self.carry[rec.origin] = (rec.seq, after)
         known = ~np.isnan(episodes[0]) | (start >= 0)
         return int(t_end.size), np.nonzero(known)[0], episodes[:, known]
+
+
+def _rewards_as_witnessed(rollout, records) -> bool:
+    """Whether the rollout stores the rewards its witness records saw (rounded as storing rounds them)."""
+    stored = rollout.rewards.numpy()
+    for rec in records:
+        t = min(rollout.num_steps, rec.rewards.shape[0])
+        if relative_difference(stored[:t, rec.env_offset:rec.env_offset + rec.num_envs], rec.rewards[:t]).any():
+            return False
+    return True

@@ -9,9 +9,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from .envs import make_vector_env
+from .envs import find_witness, make_vector_env
 from .rollout import EpisodeStats, Rollout
-from .witness import Witness
 
 
 class EnvStepError(RuntimeError):
@@ -51,9 +50,11 @@ class EnvRunner:
         self.env_id = env_id
         self.seed = int(seed)
         self.actor_id = actor_id
-        # The witness sits between the runner and the envs: what they received and returned, recorded apart
-        # from the runner's own buffers, travels on each rollout for the learner to compare (actors/witness.py).
-        self.env = self.witness = Witness(make_vector_env(env_id, num_envs, atari_options, env_kwargs), seed)
+        # The witness sits directly on the env gymnasium built, below anything wrapped around it: what the envs
+        # received and returned, recorded apart from the runner's own buffers, travels on each rollout for the
+        # learner to compare (actors/witness.py).
+        self.env = make_vector_env(env_id, num_envs, atari_options, env_kwargs, witness_seed=seed)
+        self.witness = find_witness(self.env)
         self.num_envs = num_envs
         self.obs_space = self.env.single_observation_space
         self.action_space = self.env.single_action_space

@@ -1,79 +1,17 @@
-"""A witness of raw env output, below the runner, and the boundary statistics computed from it.
+"""A witness of raw env output, directly on the env gymnasium built, below the runner.
 
-`Witness` wraps the gymnasium vector env the runner steps. It records, in its
+`Witness` wraps the gymnasium vector env as gymnasium's make_vec (or the Atari builder) returned it
+(actors/envs.py), below anything rlvitals adds on top. It records, in its
 own copies and independently of the runner's storing code, what each env was
 stepped with and what it returned: the action, the reward, the terminated and
 truncated flags, whether the step was a NEXT_STEP reset, the number of steps,
 a few observations at random (t, env) positions, and whether each emitted
-observation belongs to the declared observation space. `take()` hands the
+observation belongs to the declared observation space; in a sync vector env, probes around each sub-env's
+TimeLimit also judge its truncations against its contract (actors/time_limit.py). `take()` hands the
 record of one rollout (a `WitnessRecord`, a few kB) to the runner, which puts
 it on the rollout; it travels with it (pickled through Ray in Ray mode), and
-`boundary_statistics` compares it with the rollout wherever the rollout is
-learned from.
-
-Statistics (row keys; 0 when the invariant holds, larger when broken, NaN
-when the update had nothing to compare: no episode end for the episode-end
-statistic, no reset step for the reset statistic; absent when the rollout
-carries no witness record):
-
-inv_boundary_actions
-    Fraction of witnessed (t, env) positions whose stored action, mapped the
-    way the runner maps it for the env (clipped to the Box bounds for
-    continuous actions), differs from the action the env received.
-    Derivation: the runner stores the action it sampled and steps the env
-    with that action (clipped); both are the same float32 or integer values,
-    so equality is exact. The witness copies the action as the step returns
-    (cheaper than before it; the runner cannot act during the step). False
-    alarms: none (exact comparison), unless an env writes into the action
-    array it is given.
-
-inv_boundary_rewards
-    Largest relative difference |stored - env| / max(|env|, 1e-30) over all
-    positions, the env's reward first rounded to float32 as storing rounds
-    it (equal non-finite values count as equal, unequal ones as 1).
-    Derivation: the stored reward is the env's reward rounded to float32;
-    rounding the witnessed one the same way makes the comparison exact, so a
-    correct run reads 0. False alarms: none (a difference of even one float32
-    ulp, 6e-8 relative, is a changed reward; the limit of 1e-6 ignores those).
-
-inv_boundary_episode_ends
-    Number of terminated plus truncated flags that differ from the env's.
-    Derivation: the flags are copied. False alarms: none (exact).
-
-inv_boundary_observations
-    Largest relative difference between the rollout's obs[t, env] and the
-    observation the env emitted before step t (obs[T]: after the last step)
-    at 4 random positions per rollout, the emitted one rounded to the
-    rollout's dtype. Derivation: the runner stores the emitted observation
-    cast to float32 (pixels stay uint8); rounded the same way they are equal,
-    so a correct run reads 0. False alarms: none (exact). Detection: a fault that
-    changes a fraction f of positions is seen with probability
-    1 - (1 - f)^4 per rollout; observations stored a step off or transformed
-    (f near 1) are seen on the first rollout.
-
-inv_boundary_resets
-    Number of steps that follow a done (terminated or truncated, as the env
-    returned them) of the same env, i.e. NEXT_STEP reset transitions, that
-    the rollout marks valid. The witness carries the done of each env's last
-    step into the next rollout. Derivation: in NEXT_STEP autoreset the step
-    after a done only resets the env; its reward and action have no meaning.
-    False alarms: none (exact).
-
-inv_boundary_step_count
-    |env steps the witness saw - the rollout's steps (T x envs)| + |agent
-    steps the witness saw (steps that are not resets) - the rollout's
-    env_steps (its valid count, what the run's step accounting adds up)|.
-    Derivation: both count the same steps. False alarms: none (exact).
-
-inv_observation_space
-    Fraction of emitted observations (one per env per step) that are not in
-    the env's declared observation space: another dtype (kind for Discrete)
-    or shape, a value outside the Box bounds (NaN is outside, as in
-    gymnasium's `contains`), or outside a Discrete's range. Checked on the
-    raw output, before the runner casts it. Derivation: a correct env's
-    observations are members of its observation space. False alarms: envs
-    whose declared bounds are conventions rather than guarantees; the limit
-    (1% for 5 updates in a row) tolerates rare excursions.
+`boundary_statistics` (actors/boundary.py) compares it with the rollout wherever the
+rollout is learned from.
 """
 
 from __future__ import annotations
@@ -84,9 +22,11 @@ from dataclasses import dataclass, replace
 import gymnasium as gym
 import numpy as np
 
+from .space_check import SpaceCheck
+from .time_limit import probe_time_limits, take_decisions
+
 OBS_SAMPLES = 4
 """Observations copied per rollout, at random (t, env) positions."""
-TINY = 1e-30
 
 
 @dataclass
@@ -128,6 +68,10 @@ class WitnessRecord:
     """Its records in order (0, 1, ...): consecutive ones continue each other's episodes."""
     fresh: bool = False
     """The first record after the envs were reset: every episode in it began at its start."""
+    limit_decisions: int = 0
+    """Time-limit decisions of the sub-envs' TimeLimit wrappers judged in this rollout (actors/time_limit.py)."""
+    limit_wrong: int = 0
+    """Of them, those against the TimeLimit's contract."""
 
     @property
     def resets(self) -> np.ndarray:
@@ -214,6 +158,7 @@ class Witness(gym.vector.VectorWrapper):
         self._low = np.asarray(space.low) if isinstance(space, gym.spaces.Box) else None
         self._high = np.asarray(space.high) if isinstance(space, gym.spaces.Box) else None
         self._space = SpaceCheck(env.single_observation_space, self.n)
+        self._limits = probe_time_limits(env)   # None: no sub-env with gymnasium's TimeLimit
         self._prev_done = np.zeros(self.n, dtype=bool)
         self._last_obs = None
         self._emits = -1   # the first output (the reset's) is checked
@@ -339,6 +284,7 @@ class Witness(gym.vector.VectorWrapper):
             obs=obs if obs is not None else np.zeros(0), outside_space=outside, emitted=emitted,
             action_low=self._low, action_high=self._high, complete=complete, origin=self._origin, seq=self._seq,
             fresh=self._fresh)
+        record.limit_decisions, record.limit_wrong = take_decisions(self._limits)
         self._seq, self._fresh = self._seq + 1, False
         if len(terminated):   # a fresh array, never changed in place: the next record's done_before
             self._prev_done = terminated[-1] | truncated[-1]
@@ -356,165 +302,3 @@ def _compact(values: np.ndarray) -> np.ndarray:
         with np.errstate(over="ignore"):
             return values.astype(np.float32)
     return values
-
-
-class SpaceCheck:
-    """Counts the rows of batches of `n` observations that are not in a Box or Discrete space.
-
-    `hold` checks a batch's dtype and shape at once and keeps a copy of it; the bounds of the kept batches are
-    compared together (`totals`, or when HELD batches are waiting), one vectorised comparison for many."""
-
-    HELD = 16
-
-    def __init__(self, space: gym.Space, n: int):
-        self.space, self.n = space, n
-        self.discrete = isinstance(space, gym.spaces.Discrete)
-        self.shape = (n,) if self.discrete else (n, *space.shape)
-        if self.discrete:
-            self.low, self.high = int(space.start), int(space.start + space.n - 1)
-            self.bounded = True
-        else:
-            self.low, self.high = np.asarray(space.low), np.asarray(space.high)
-            # Integer pixels bounded by their dtype's own range cannot leave it: skip the comparison.
-            full = (np.issubdtype(space.dtype, np.integer) and (self.low == np.iinfo(space.dtype).min).all()
-                    and (self.high == np.iinfo(space.dtype).max).all())
-            self.bounded = not full
-        self._held: np.ndarray | None = None
-        self._fits: np.dtype | None = None
-        """The dtype of the last batch that fitted the space (the next of the same dtype needs no test)."""
-        self.restart()
-
-    def restart(self) -> None:
-        """Count from 0 (batches held and not yet compared are dropped)."""
-        self.outside = self.emitted = self._waiting = 0
-
-    def hold(self, obs) -> None:
-        """Take one batch of observations (one per env) into the count."""
-        arr = np.asarray(obs)
-        self.emitted += self.n
-        if arr.dtype is not self._fits or arr.shape != self.shape:   # the common case in two checks
-            if arr.shape != self.shape or not self._dtype_fits(arr.dtype):
-                self.outside += self.n
-                return
-            self._fits = arr.dtype
-            if self._held is None or self._held.dtype != arr.dtype:
-                self._compare()   # batches of the former dtype first
-                self._held = np.empty((self.HELD, *self.shape), dtype=arr.dtype)
-        if self.bounded:
-            self._held[self._waiting] = arr
-            self._waiting += 1
-            if self._waiting == self.HELD:
-                self._compare()
-
-    def totals(self) -> tuple[int, int]:
-        """(observations outside the space, observations checked) since `restart`."""
-        self._compare()
-        return self.outside, self.emitted
-
-    def _dtype_fits(self, dtype: np.dtype) -> bool:
-        return np.issubdtype(dtype, np.integer) if self.discrete else dtype == self.space.dtype
-
-    def _compare(self) -> None:
-        if not self._waiting:
-            return
-        held = self._held[:self._waiting]
-        self._waiting = 0
-        if (held >= self.low).all() and (held <= self.high).all():
-            return   # the common case in two comparisons; rows are counted only when some value is outside
-        inside = (held >= self.low) & (held <= self.high)   # NaN compares False: outside, as in Box.contains
-        self.outside += int(held.shape[0] * self.n - inside.reshape(held.shape[0] * self.n, -1).all(1).sum())
-
-
-# ----------------------------------------------------------------- the comparison
-STATISTICS = ("inv_boundary_actions", "inv_boundary_rewards", "inv_boundary_episode_ends", "inv_boundary_observations",
-              "inv_observations_transformed", "inv_boundary_resets", "inv_boundary_step_count",
-              "inv_observation_space")
-
-
-def relative_difference(stored: np.ndarray, witnessed: np.ndarray) -> np.ndarray:
-    """|stored - witnessed| / max(|witnessed|, 1e-30), elementwise, with the witnessed value first rounded to
-    the stored dtype (what storing does to it); equal values (NaN, inf included) give 0, unequal non-finite 1."""
-    stored = np.asarray(stored)
-    with np.errstate(over="ignore", invalid="ignore"):
-        rounded = np.asarray(witnessed).astype(stored.dtype)
-    s, w = stored.astype(np.float64), rounded.astype(np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.abs(s - w) / np.maximum(np.abs(w), TINY)
-    same = (s == w) | (np.isnan(s) & np.isnan(w))
-    return np.where(same, 0.0, np.where(np.isfinite(diff), diff, 1.0))
-
-
-def _max(values: np.ndarray) -> float:
-    return float(values.max()) if values.size else 0.0
-
-
-def boundary_statistics(rollout) -> dict[str, float]:
-    """The boundary statistics (module docstring) of a rollout against its witness records; {} if it has none.
-
-    Positions are compared over the steps both have (a rollout with a step missing or added is the
-    step count's to report, not every later position's)."""
-    records = [r for r in getattr(rollout, "witness", ()) or () if r.complete]
-    if not records:
-        return {}
-    T = rollout.num_steps
-    acts = rollout.actions.numpy()
-    rewards = rollout.rewards.numpy()
-    term, trunc, valid = rollout.terminated.numpy(), rollout.truncated.numpy(), rollout.valid.numpy()
-    obs = rollout.obs.numpy()
-    reward_diff = 0.0
-    positions = action_diff = ends = resets = steps = agent_steps = 0
-    obs_diff = obs_transformed = 0.0
-    end_events = reset_events = obs_compared = 0
-    outside = emitted = 0
-    for rec in records:
-        envs = slice(rec.env_offset, rec.env_offset + rec.num_envs)
-        t = min(T, rec.rewards.shape[0])
-        stored = acts[:t, envs]
-        if rec.action_low is not None:
-            stored = np.clip(stored, rec.action_low, rec.action_high)
-        witnessed = rec.actions[:t]
-        differ = relative_difference(stored, witnessed) > 0   # exact: any difference at all
-        action_diff += int(differ.reshape(t, rec.num_envs, -1).any(-1).sum())
-        positions += t * rec.num_envs
-        reward_diff = max(reward_diff, _max(relative_difference(rewards[:t, envs], rec.rewards[:t])))
-        env_term, env_trunc, env_resets = rec.terminated[:t], rec.truncated[:t], rec.resets[:t]
-        ends += int((term[:t, envs] != env_term).sum() + (trunc[:t, envs] != env_trunc).sum())
-        end_events += int((term[:t, envs] | trunc[:t, envs] | env_term | env_trunc).sum())
-        resets += int((valid[:t, envs] & env_resets).sum())
-        reset_events += int(env_resets.sum())
-        steps += rec.steps
-        agent_steps += rec.agent_steps
-        for (ts, e), seen in zip(rec.obs_at.tolist(), rec.obs, strict=True):
-            if ts <= T:
-                obs_compared += 1
-                column = rec.env_offset + e
-                gap = _max(relative_difference(obs[ts, column], seen))
-                # The env's observation stored in a neighbouring slot is a pairing fault (the actor's); one that
-                # is stored nowhere near, changed, is a transform between env and learner (preprocessing).
-                paired_elsewhere = gap > 0 and any(
-                    _max(relative_difference(obs[other, column], seen)) == 0
-                    for other in (ts - 1, ts + 1) if 0 <= other <= T)
-                if paired_elsewhere or gap == 0:
-                    obs_diff = max(obs_diff, gap)
-                else:
-                    obs_transformed = max(obs_transformed, gap)
-        outside += rec.outside_space
-        emitted += rec.emitted
-    covered = sum(rec.num_envs for rec in records)
-    # A batch with an unwitnessed part (a runner without a witness) is compared on its witnessed envs only.
-    claimed = rollout.env_steps if covered == rollout.num_envs else sum(
-        int(valid[:, rec.env_offset:rec.env_offset + rec.num_envs].sum()) for rec in records)
-    step_count = abs(steps - T * covered) + abs(agent_steps - claimed)
-    nan = float("nan")
-    # Where there was nothing to compare (no episode ended, no reset step) the update measured nothing: NaN,
-    # so that a fault seen only at episode ends is judged on the updates that hold some, in a row.
-    return {
-        "inv_boundary_actions": action_diff / positions if positions else nan,
-        "inv_boundary_rewards": float(reward_diff) if positions else nan,
-        "inv_boundary_episode_ends": float(ends) if end_events else nan,
-        "inv_boundary_observations": float(obs_diff) if obs_compared else nan,
-        "inv_observations_transformed": float(obs_transformed) if obs_compared else nan,
-        "inv_boundary_resets": float(resets) if reset_events else nan,
-        "inv_boundary_step_count": float(step_count),
-        "inv_observation_space": outside / emitted if emitted else float("nan"),
-    }

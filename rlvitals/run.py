@@ -22,10 +22,10 @@ from collections.abc import Iterable
 
 import psutil
 
+from rlvitals.actors.boundary import boundary_statistics
 from rlvitals.actors.episode_witness import EpisodeWitness
 from rlvitals.actors.rollout import Rollout
 from rlvitals.actors.streams import StreamIndependence
-from rlvitals.actors.witness import boundary_statistics
 from rlvitals.learner.invariants import learning_rate_gap, observation_pairing, scheduled_learning_rate
 from rlvitals.telemetry.attribution import InvariantAttribution, producers
 from rlvitals.telemetry.health import TEXT_KEYS, HealthMonitor

@@ -125,6 +125,21 @@ ACTOR_INVARIANTS: tuple[Invariant, ...] = (
         "A correct env's observations are members of its observation space; 1% tolerance covers envs whose "
         "declared bounds are loose conventions."),
     Invariant(
+        "env_time_limit", "boundary", "env", 0.0, 2,
+        "The env's time limit truncates at another step than it declares",
+        "The env's TimeLimit wrapper (gymnasium's, from the max_episode_steps its spec or its make call declares) "
+        "truncated an episode before its count since the reset reached the limit, while the env below it did "
+        "not truncate, or let an episode reach the limit untruncated: the env breaks its own contract (a "
+        "step counter not reset with the episode, a limit counted in other steps). Look at the env's reset and "
+        "at what its TimeLimit wraps.",
+        "gymnasium's TimeLimit returns truncated = the inner env's truncated OR (steps since its reset >= "
+        "max_episode_steps). Probes directly under and over each sub-env's TimeLimit (actors/time_limit.py) count "
+        "the steps and resets it passes down and read the inner env's flag, so they re-derive its decision from "
+        "its own inputs: integers and flags compared exactly, no false alarm. Truncations the env makes for its "
+        "own reasons are below the TimeLimit and never judged. Not measured (NaN) on an update without a "
+        "time-limit decision, nor for envs without gymnasium's TimeLimit (vector entry points such as "
+        "CartPole's, ALE's native vector env)."),
+    Invariant(
         "weights_as_stamped", "boundary", "weight-sync", 1e-9, 2,
         "Actors act with other weights than the network age they report",
         "The fingerprint of the weights an actor acted with differs from the learner's weights of the network "
