@@ -1,0 +1,101 @@
+"""The env's stages re-derived from their own inputs (issue 31): the witness sits directly on what gymnasium
+built, and the env's time limit is judged by probes on both sides of its TimeLimit.
+
+Planted faults come from tests/planted_env_stages.py (monkeypatches, never product code); each must be named
+on its component by the first warning-or-worse verdict. Healthy envs, tiny user envs solved exactly and run
+far past convergence included, must read 0 and raise nothing.
+"""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import pytest
+import tiny_envs  # noqa: F401  (registers Corridor-v0 and Bandit-v0)
+from diagnose import LOUD, diagnose
+from planted_bugs import BY_BUG
+
+from rlvitals.actors.agents import RandomAgent
+from rlvitals.actors.boundary import boundary_statistics
+from rlvitals.actors.envs import find_witness, make_vector_env
+from rlvitals.actors.runner import EnvRunner
+from rlvitals.actors.witness import Witness
+from rlvitals.telemetry.invariants import BY_NAME
+
+HUNG_S = 120
+"""Run seconds after which a planted run without a verdict counts as hung (they take 1-15 s here)."""
+
+
+def time_limit_statistics(env_id: str, steps: int, rollouts: int = 3, **env_kwargs) -> list[float]:
+    runner = EnvRunner(env_id, 4, 0, env_kwargs=env_kwargs or None)
+    try:
+        agent = RandomAgent(runner.action_space, 0)
+        return [boundary_statistics(runner.collect(agent, steps))["inv_env_time_limit"] for _ in range(rollouts)]
+    finally:
+        runner.close()
+
+
+# ---------------------------------------------------------------- where the witness sits
+def test_the_witness_sits_directly_on_what_gymnasium_built_under_anything_wrapped_around_it():
+    from gymnasium.wrappers.vector import TransformReward
+
+    env = TransformReward(make_vector_env("Pendulum-v1", 2, witness_seed=0), lambda r: r * 0.5)
+    try:
+        witness = find_witness(env)
+        assert isinstance(witness, Witness) and isinstance(witness.env, gym.vector.SyncVectorEnv)
+    finally:
+        env.close()
+
+
+# ---------------------------------------------------------------- the time limit's contract
+@pytest.mark.parametrize("env_id,steps,kwargs", [
+    ("Pendulum-v1", 32, {"max_episode_steps": 20}),   # truncated by the limit only
+    ("Acrobot-v1", 64, {"max_episode_steps": 30}),    # terminations and truncations
+    ("tiny_envs:Corridor-v0", 16, {}),                # truncates for its own reason below its limit
+    ("tiny_envs:Bandit-v0", 8, {}),                   # a limit of 1: terminated and truncated at once
+])
+def test_a_correct_time_limit_reads_zero(env_id, steps, kwargs):
+    seen = [v for v in time_limit_statistics(env_id, steps, **kwargs) if not math.isnan(v)]
+    assert seen and set(seen) == {0.0}, seen
+
+
+def test_envs_without_gymnasiums_time_limit_are_not_judged():
+    assert all(math.isnan(v) for v in time_limit_statistics("CartPole-v1", 16))      # its vector env's own limit
+    assert all(math.isnan(v) for v in time_limit_statistics("Pendulum-v1", 16, max_episode_steps=-1))
+
+
+def test_a_limit_not_enforced_and_a_count_not_reset_are_both_counted(monkeypatch):
+    from planted_env_stages import time_limit_counter_not_reset
+
+    time_limit_counter_not_reset(monkeypatch)   # every episode after the first truncated after one step
+    assert all(v > 0 for v in time_limit_statistics("Pendulum-v1", 32, max_episode_steps=10)[1:])
+    monkeypatch.undo()
+    # The reverse: a TimeLimit that never truncates lets the count pass the limit untruncated.
+    monkeypatch.setattr(gym.wrappers.TimeLimit, "step", lambda self, action: self.env.step(action))
+    seen = time_limit_statistics("Pendulum-v1", 32, max_episode_steps=10)
+    assert all(v > 0 for v in seen), seen
+    assert BY_NAME["env_time_limit"].component == "env"
+
+
+# ---------------------------------------------------------------- planted faults, named
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["reward_transform_wrapped_over_the_env", "ray_reward_transform_wrapped_over_the_env",
+                                  "time_limit_counter_not_reset"])
+def test_planted_env_stage_fault_is_named_on_its_component_first(name, tmp_path):
+    bug = BY_BUG[name]
+    found = diagnose(tmp_path / name, bug=bug, budget_s=HUNG_S)
+    first = found.first
+    assert first is not None, f"{name}: no verdict in {HUNG_S} s"
+    assert (first.component, first.rule) == (bug.component, BY_NAME[bug.invariant].rule_name), found.verdicts
+
+
+# ---------------------------------------------------------------- healthy: solved exactly, run far past it
+@pytest.mark.slow
+def test_a_tiny_corridor_solved_exactly_and_run_far_past_it_raises_nothing(tmp_path):
+    found = diagnose(tmp_path / "run", env="tiny_envs:Corridor-v0", budget_s=HUNG_S, stop_on_verdict=False,
+                     total_env_steps=8_000, num_envs=8, rollout_length=16, learning_rate=5e-3)
+    assert not [v for v in found.verdicts if v.severity in LOUD], found.verdicts
+    assert found.summary["mean_return_last_100"] == 1.0, found.summary   # solved exactly
+    limits = [row["inv_env_time_limit"] for row in found.rows if "inv_env_time_limit" in row]
+    assert limits and set(limits) == {0.0}
