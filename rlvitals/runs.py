@@ -76,8 +76,19 @@ def collect(directory: str) -> list[dict]:
     root = Path(directory)
     if not root.is_dir():
         raise ValueError(f"directory {directory!r} does not exist; expected a directory of runs")
-    found = [_load(p.parent) for p in sorted(root.rglob("config.yaml"))]
+    found = [_load(p.parent) for p in _config_files(root)]
     return [r for r in found if r is not None]
+
+
+def _config_files(root: Path) -> list[Path]:
+    """Every config.yaml under `root`, links to folders not followed; a folder that cannot be read is named
+    (it may be the very run looked for), never passed over in silence."""
+    def unreadable(exc: OSError) -> None:
+        logging.getLogger("rlvitals.runs").warning("skipped %s: it cannot be read (%s)", exc.filename,
+                                                   exc.strerror or exc)
+
+    return sorted(Path(folder) / "config.yaml" for folder, subfolders, files in os.walk(root, onerror=unreadable)
+                  if "config.yaml" in files or "config.yaml" in subfolders)
 
 
 def rows(runs: list[dict]) -> tuple[list[dict], list[str]]:

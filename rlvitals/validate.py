@@ -17,26 +17,31 @@ ACCEPTED_HOSTS = "expected an address of this machine such as 127.0.0.1 or 0.0.0
 
 
 def check_run_dir_creatable(run_dir: str) -> None:
-    """ConfigError unless `run_dir` is a new or empty directory that can be made where it is named.
+    """ConfigError unless `run_dir` is a new or empty directory that can be made where it is named."""
+    check_dir_creatable("run_dir", run_dir)
+
+
+def check_dir_creatable(name: str, value: str) -> None:
+    """ConfigError naming `name`={value} unless it is a new or empty directory that can be made where it is named.
 
     Whether a directory can be made is tried, not inferred from permission bits (root, read-only
-    mounts, /proc): a probe directory is made beside where the run's first new directory will go
+    mounts, /proc): a probe directory is made beside where the first new directory will go
     and removed at once.
     """
-    path = Path(run_dir)
+    path = Path(value)
     if path.exists() and not path.is_dir():
-        raise ConfigError(f"run_dir={run_dir!r} is invalid: it is a file; expected a new or empty directory")
+        raise ConfigError(f"{name}={value!r} is invalid: it is a file; expected a new or empty directory")
     if path.is_dir() and any(path.iterdir()):
-        raise ConfigError(f"run_dir={run_dir!r} is invalid: it already exists and is not empty; "
+        raise ConfigError(f"{name}={value!r} is invalid: it already exists and is not empty; "
                           "expected a new or empty directory")
     existing = path if path.exists() else next((p for p in path.absolute().parents if p.exists()), Path("/"))
     if not existing.is_dir():
-        raise ConfigError(f"run_dir={run_dir!r} is invalid: {str(existing)!r} is a file, not a directory; "
+        raise ConfigError(f"{name}={value!r} is invalid: {str(existing)!r} is a file, not a directory; "
                           "expected a path under a directory")
     try:
         shutil.rmtree(tempfile.mkdtemp(prefix=".rlvitals-probe-", dir=existing))
     except OSError as exc:
-        raise ConfigError(f"run_dir={run_dir!r} is invalid: nothing can be created in {str(existing)!r} "
+        raise ConfigError(f"{name}={value!r} is invalid: nothing can be created in {str(existing)!r} "
                           f"({exc.strerror or exc}); expected a writable place") from None
 
 

@@ -36,8 +36,9 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def start(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
-    return subprocess.Popen([RLVITALS, *map(str, args)], cwd=cwd, env=env or cli_env(), text=True,
+def start(args: list[str], cwd: Path, env: dict[str, str] | None = None, prefix: list[str] = ()) -> subprocess.Popen:
+    """The command in a subprocess; `prefix` runs it under another command (setpriv, to drop root's overrides)."""
+    return subprocess.Popen([*prefix, RLVITALS, *map(str, args)], cwd=cwd, env=env or cli_env(), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 

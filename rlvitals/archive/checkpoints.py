@@ -85,6 +85,26 @@ def resolve_checkpoint(run_dir: str | Path | None, checkpoint: str = LATEST) -> 
     With a run directory a name is always the run's; without one, a name that is a file here is that file.
     ValueError (one line) naming what exists when it cannot be found.
     """
+    try:
+        return _resolve(run_dir, checkpoint)
+    except PermissionError as exc:  # a folder on the way this user may not read or search (mode 000)
+        raise ValueError(_not_readable(run_dir, checkpoint, exc)) from None
+
+
+def _not_readable(run_dir: str | Path | None, checkpoint: str, exc: PermissionError) -> str:
+    """One line naming the first folder on the way to the checkpoint that this user cannot enter, and its mode."""
+    path = Path(exc.filename or checkpoint)
+    folders = [Path(run_dir), Path(run_dir) / "checkpoints"] if run_dir is not None else list(path.parents)[::-1]
+    blocked = next((f for f in folders if f.is_dir() and not os.access(f, os.R_OK | os.X_OK)), path)
+    try:
+        mode = f", mode {os.stat(blocked).st_mode & 0o777:03o}"
+    except OSError:
+        mode = ""
+    return (f"checkpoint={checkpoint!r} cannot be read: {str(blocked)!r} is not readable by this user "
+            f"({exc.strerror}{mode}); expected a run directory and checkpoints folder this user may read")
+
+
+def _resolve(run_dir: str | Path | None, checkpoint: str) -> Path:
     expected = "expected a path to a checkpoint file, or latest, best or update-<N> with a run directory"
     if NAME.match(checkpoint) and (run_dir is not None or not Path(checkpoint).exists()):
         if run_dir is not None and not (Path(run_dir) / "config.yaml").is_file():

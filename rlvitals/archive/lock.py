@@ -29,6 +29,13 @@ class LockRefused(ConfigError):
     """The run directory's `.lock` is not a lock file rlvitals made: a link, a FIFO, a folder."""
 
 
+class RunDirUnwritable(ConfigError):
+    """The run directory cannot be written (a read-only mount, no write permission): bad input, one line."""
+
+
+UNWRITABLE = {errno.EROFS, errno.EACCES, errno.EPERM}
+
+
 def open_lock(path: Path, flags: int) -> int:
     """The lock file's descriptor, never through a link (a run directory may come from anyone: a `.lock`
     linked to another file would have that file truncated); LockRefused for anything but a plain file."""
@@ -37,6 +44,10 @@ def open_lock(path: Path, flags: int) -> int:
     try:
         fd = os.open(lock_file, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
     except OSError as exc:
+        if exc.errno in UNWRITABLE and flags & os.O_RDWR:
+            raise RunDirUnwritable(f"run_dir={str(path)!r} is invalid: the run directory is not writable "
+                                   f"({exc.strerror}: {lock_file}); expected a run directory this user may "
+                                   "write (not a read-only mount)") from None
         kind = {errno.ELOOP: "a symbolic link", errno.EISDIR: "a directory"}.get(exc.errno)
         if kind is None:
             raise

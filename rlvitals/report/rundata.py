@@ -113,9 +113,21 @@ def check_run_dir(path: str) -> Path:
         if inside:
             raise ReportError(f"RUN_DIR {path!r} is invalid: it is a directory of runs, not a run; expected run "
                               f"directories such as {' '.join(inside)}")
+        not_files = [name for name in RUN_FILES if os.path.lexists(p / name)]
+        if not_files:  # there, but folders, links to folders, FIFOs: name what they are, not that they are absent
+            kinds = ", ".join(f"{name} is {_kind(p / name)}" for name in not_files)
+            raise ReportError(f"RUN_DIR {path!r} is invalid: {kinds}; expected a run directory whose "
+                              f"{', '.join(RUN_FILES)} are regular files (made by `rlvitals train`)")
         raise ReportError(f"RUN_DIR {path!r} is invalid: it holds none of {', '.join(RUN_FILES)}; expected a run "
                           "directory (made by `rlvitals train`)")
     return p
+
+
+def _kind(path: Path) -> str:
+    """What a path that is not a regular file is, in words."""
+    if path.is_symlink():
+        return "a symbolic link" + (" to a directory" if path.is_dir() else "")
+    return "a directory" if path.is_dir() else "not a regular file"
 
 
 def deduped(rows: Iterable[dict]) -> Iterator[dict]:
