@@ -145,6 +145,21 @@ def stop_requests(grace: float = 5.0, hard: float = 30.0):
             signal.signal(s, handler)
 
 
+@contextlib.contextmanager
+def signals_raise():
+    """SIGTERM and SIGINT raise RunStopped in the main thread while the block runs, so that its cleanups (finally
+    blocks: a staging folder removed) run before the process ends, where the default action would kill it at once."""
+    def handle(signum: int, frame) -> None:
+        raise RunStopped(signum, NAMES[signum])
+
+    previous = {s: signal.signal(s, handle) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def report_stop(summary: dict) -> int:
     """The exit code of a run that ended with `summary`; a stopped run also gets one line on stderr."""
     status = summary.get("status")

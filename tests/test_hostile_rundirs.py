@@ -190,7 +190,7 @@ def test_export_on_a_full_disk_is_one_line_and_leaves_the_run_as_it_was(tmpfs, t
     _fill(tmpfs, leave=64 * 1024)  # an event file of 2,000 rows of 23 scalars needs far more
     before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
     line = one_line(run_export(run, tmp_path), code=1)
-    assert "no space left writing" in line and "free there" in line, line
+    assert "no space left writing" in line and "free there" in line and "the partial export removed" in line, line
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
     assert leftovers(run) == []
 

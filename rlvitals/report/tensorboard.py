@@ -161,8 +161,10 @@ class TensorBoardWriter:
                 self._failed(exc)
 
     def abandon(self) -> None:
-        """Close the event file whatever state it is in (a failed export removes it)."""
-        with contextlib.suppress(OSError):
+        """Close the event file whatever state it is in (a failed export removes it): a failing close is no news."""
+        from rlvitals.archive import ArchiveWriteError
+
+        with contextlib.suppress(OSError, ArchiveWriteError):
             self.close()
 
 
@@ -261,6 +263,9 @@ def _write_events(path: Path, staging: Path, metrics: Path, run_dir: str) -> tup
         for row in stream_rows(metrics, RowTally()):
             writer(row)
         writer.close()
+    except ArchiveWriteError as exc:  # the staging folder goes with what was written: say so, of the file meant
+        raise ArchiveWriteError(path / exc.path.name, exc.size, exc.error,
+                                kept="the partial export removed, the run's files as they were") from None
     except OSError as exc:  # metrics.jsonl unreadable, or no regular file
         raise ReportError(f"RUN_DIR {run_dir!r} is invalid: its metrics.jsonl cannot be read "
                           f"({exc.strerror or exc}); expected a regular file of JSON rows") from None
