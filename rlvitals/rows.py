@@ -13,9 +13,11 @@ dense phase. The last row of a run is always written, once.
 
 Observers: callables that receive each row (a dict, after it is on disk).
 At the end of a run, whatever its status, an observer's `close(run_dir)` is
-called if it has one. An observer that raises is a bug in the observer: under
-pytest (or RLVITALS_STRICT_METRICS=1) the error propagates; in production it
-is logged with its traceback and that observer is detached, and training goes on.
+called if it has one. An observer whose own file the disk refuses (an OSError:
+verdicts.json on a full disk) fails as a write of the run does: one line, the run
+ends. Any other error is a bug in the observer: under pytest (or
+RLVITALS_STRICT_METRICS=1) it propagates; in production it is logged with its
+traceback and that observer is detached, and training goes on.
 """
 
 from __future__ import annotations
@@ -110,8 +112,24 @@ class RowWriter:
             return True
         except ArchiveWriteError:  # the run directory is full, not a bug of the observer: the run ends on it
             raise
+        except OSError as exc:  # the disk refused the observer's own file (verdicts.json): the same, not a bug
+            self._refused(fn, exc)
+            return False
         except Exception:
             if self.strict:
                 raise
             log.exception("row observer %r failed; it is detached, training goes on", fn)
             return False
+
+    def _refused(self, fn, exc: OSError) -> None:
+        """A write of an observer's own file failed: the run's first write failure (raised, once), or one more
+        file the ending run could not write (named in that failure's line)."""
+        from .archive import ArchiveWriteError
+
+        name = Path(exc.filename).name.strip(".").removesuffix(".tmp") if exc.filename else \
+            f"the file of {getattr(fn, '__qualname__', fn)}"
+        if self.archive.write_error is not None:
+            self.archive.not_written.append(name)
+            return
+        path = Path(exc.filename) if exc.filename else self.archive.path
+        self.archive.record_failure(ArchiveWriteError(path, None, exc, kept=f"{name} not written"))

@@ -168,3 +168,28 @@ def test_an_event_file_that_does_not_fit_ends_the_run_through_the_archive(tmp_pa
     assert f"writing {run}/events.out.tfevents." in result["error"], result["error"]
     assert "the events written before it kept" in result["error"] and "summary.json written" in result["error"]
     no_temporaries(run)
+
+
+def test_a_disk_filled_by_the_runs_own_rows_and_events_still_takes_summary_and_verdicts(tmpfs):
+    """1 MiB with 600 kB taken: metrics.jsonl or the event file fills it, not a checkpoint (issue 34). The room
+    the run held back (archive/files.py RESERVE_BYTES) takes summary.json and verdicts.json; one line, exit 1."""
+    subprocess.run(["mount", "-o", "remount,size=1m", str(tmpfs)], check=True)
+    (tmpfs / "taken").write_bytes(b"\0" * 600_000)
+    run = tmpfs / "run"
+    proc = subprocess.run(CLI + ["train", "--total-env-steps", "10000000", "--run-dir", str(run), "--tensorboard",
+                                 "--progress", "false"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    line = error_line(proc.stderr)
+    assert f"no space left writing {run}/" in line and "needed" in line and "free there" in line, line
+    assert "last good checkpoint (update" in line and "summary.json written" in line, line
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["archive_error"].startswith("no space left writing")
+    json.loads((run / "verdicts.json").read_text())
+    assert not (run / ".space-reserve").exists(), "the held room is given back when the run ends"
+    no_temporaries(run)
+
+    subprocess.run(["mount", "-o", "remount,size=4m", str(tmpfs)], check=True)
+    resumed = subprocess.run(CLI + ["train", "--resume", str(run), "--total-env-steps",
+                                    str(summary["env_steps"] + 1000), "--progress", "false"],
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr

@@ -8,6 +8,7 @@ Layout of a run directory:
   checkpoints/    latest.pt, best.pt and the last keep_checkpoints update-<N>.pt (checkpoints.py)
   discovery/      file_sd target files of the run's live processes (`<component>-<pid>-<port>.json`)
   .lock           held (flock) by the one process writing the run; names its pid
+  .space-reserve  room held while the run writes, given up for summary.json after a failed write (files.py)
 
 Owner-only (folders 0700, files 0600) unless the run sets `group_readable` (0750 and
 0640): meta.json names the host and the command line, checkpoints hold the weights.
@@ -38,8 +39,10 @@ from .files import (
     atomic_write_bytes,
     file_mode,
     folder_mode,
+    hold_reserve,
     make_folder,
     refuse_links,
+    release_reserve,
     set_tree_mode,
 )
 from .lock import lock_run_dir
@@ -88,6 +91,8 @@ class RunArchive:
         self.checkpoints_written = 0
         self.summary_written = self.summary_failed = False
         self.rows_lost = 0
+        self.not_written: list[str] = []
+        """Files of the run's end that could not be written after the first failure (verdicts.json)."""
 
     def record_failure(self, error: ArchiveWriteError) -> None:
         """A write into the run directory by someone else (a row observer: TensorBoard's event file) failed:
@@ -122,6 +127,7 @@ class RunArchive:
         archive.path.parent.mkdir(parents=True, exist_ok=True)
         make_folder(archive.path, archive.folder_mode)
         archive.lock()
+        hold_reserve(archive.path)
         make_folder(archive.path / "checkpoints", archive.folder_mode)
         meta = {
             "run_id": uuid.uuid4().hex[:12],
@@ -149,6 +155,7 @@ class RunArchive:
         run was killed between writing latest.pt and placing them.
         """
         self.lock()
+        hold_reserve(self.path)
         self.folder_mode = folder_mode(bool(config.get("group_readable")))
         set_tree_mode(self.path, self.folder_mode)  # the resumed run's setting, for what is there and what comes
         self.keep_checkpoints = int(config.get("keep_checkpoints", 0))
@@ -210,11 +217,12 @@ class RunArchive:
                 except OSError:
                     pass
             self.rows_lost += 1
-            self._failed(ArchiveWriteError(path, len(data), exc))
+            self._failed(ArchiveWriteError(path, len(data), exc, kept="the row cut back, the rows before it kept"))
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         if self.write_error is not None:  # say in the summary itself why the archive is incomplete
             summary = {**summary, "archive_error": str(self.write_error)}
+            release_reserve(self.path)  # the room held for this: summary.json and verdicts.json
         try:
             atomic_write_bytes(self.path / "summary.json", json.dumps(summary, indent=2).encode())
         except ArchiveWriteError as error:
@@ -292,6 +300,7 @@ class RunArchive:
             os.close(self._metrics)
             self._metrics = None
         if self._lock_fd is not None:
+            release_reserve(self.path)
             remove_dead_targets(self.path / "discovery")
             if self.folder_mode is not None:  # files that libraries wrote with the umask (TensorBoard's) too
                 set_tree_mode(self.path, self.folder_mode)

@@ -28,6 +28,7 @@ class ArchiveState(Protocol):
     summary_written: bool
     summary_failed: bool
     rows_lost: int
+    not_written: list[str]
 
 OWNER_ONLY = 0o700
 GROUP_READABLE = 0o750
@@ -85,10 +86,11 @@ class ArchiveWriteError(RuntimeError):
     composed when shown, so it says how the rest of the archive fared after the failure.
     """
 
-    def __init__(self, path: Path, size: int, error: OSError, kept: str = "temporary file removed"):
+    def __init__(self, path: Path, size: int | None, error: OSError, kept: str = "temporary file removed"):
         super().__init__(str(path))
         self.path, self.size, self.error, self.kept = Path(path), size, error, kept
-        """kept: what the failed write left, in words (an atomic write leaves nothing: its temporary goes)."""
+        """size: bytes the write needed (None: not known); kept: what the failed write left, in words (an atomic
+        write leaves nothing: its temporary goes)."""
         self.archive: ArchiveState | None = None
         try:
             self.free = shutil.disk_usage(self.path.parent).free
@@ -101,8 +103,10 @@ class ArchiveWriteError(RuntimeError):
 
     def __str__(self) -> str:
         what = "no space left" if self.no_space else (self.error.strerror or type(self.error).__name__).lower()
-        free = f", {size_text(self.free)} free there" if self.free is not None else ""
-        text = f"{what} writing {self.path} ({size_text(self.size)} needed{free}): {self.kept}"
+        room = [f"{size_text(n)} {said}" for n, said in ((self.size, "needed"), (self.free, "free there"))
+                if n is not None]
+        room_text = f" ({', '.join(room)})" if room else ""
+        text = f"{what} writing {self.path}{room_text}: {self.kept}"
         archive = self.archive
         if archive is None:
             return text
@@ -115,6 +119,8 @@ class ArchiveWriteError(RuntimeError):
             text += ", summary.json could not be written either"
         if archive.rows_lost:
             text += f", {archive.rows_lost} metrics rows not written"
+        for name in archive.not_written:
+            text += f", {name} not written"
         return text + f"; free space, then continue with: rlvitals train --resume {archive.path}"
 
 
@@ -143,6 +149,32 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         if isinstance(exc, OSError):
             raise ArchiveWriteError(path, len(data), exc) from None
         raise
+
+
+RESERVE_NAME = ".space-reserve"
+RESERVE_BYTES = 32 * 1024
+"""Room a run holds while it writes (this file), given up for summary.json and verdicts.json once a write has
+failed: a disk filled by the run's own rows still takes the files that say how it ended."""
+
+
+def hold_reserve(run_dir: Path) -> None:
+    """Set RESERVE_BYTES aside in `run_dir` (best effort: a disk too full for it simply has none)."""
+    path = run_dir / RESERVE_NAME
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, file_mode(run_dir))
+        try:
+            os.posix_fallocate(fd, 0, RESERVE_BYTES)
+        finally:
+            os.close(fd)
+    except OSError:
+        release_reserve(run_dir)
+
+
+def release_reserve(run_dir: Path) -> None:
+    try:
+        (run_dir / RESERVE_NAME).unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 class LinkRefused(ConfigError):
