@@ -80,6 +80,9 @@ def build_parser() -> Parser:
     doctor.add_argument("--max-episode-steps", type=int, metavar="N",
                         help="with --env: steps within which every episode must end (default: the env's time limit, "
                              "else 10000)")
+    doctor.add_argument("--step-timeout", type=float, metavar="SECONDS",
+                        help="with --env: seconds one env step may take before the check reports the env blocked "
+                             "and ends (default 30)")
     doctor.add_argument("--json", action="store_true",
                         help="print only the findings, as a JSON list of verdicts (rule, severity, component, "
                              "first_seconds, first_update, message)")
@@ -284,9 +287,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from .report import ReportError
     from .report.tensorboard import export_tensorboard
+    from .signals import RunStopped, signals_raise
 
     try:
-        path, rows = export_tensorboard(args.run_dir)
+        with signals_raise():  # a stop mid-way removes the partial export before the process ends
+            path, rows = export_tensorboard(args.run_dir)
+    except RunStopped as exc:
+        print(f"rlvitals: {exc.status} ({exc.reason}): export stopped; its partial event file removed, the run's "
+              f"files as they were in {args.run_dir}", file=sys.stderr, flush=True)
+        return exc.exit_code
     except ReportError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:  # as cmd_report: a run directory that cannot be read or listed

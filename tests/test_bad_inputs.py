@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from fault_conditions import ReadOnlyMount, Unreadable
 from test_cli import Result, cli_env, finish, start
 from test_resume_validation import SHAPED_ENV, snapshot
 
@@ -65,6 +66,8 @@ class Case:
     """A trained run ("cartpole" or "shaped") copied to {copy} for this case, changed by `corrupt` first."""
     corrupt: Callable[[Path], None] | None = None
     max_seconds: float | None = None
+    condition: Unreadable | ReadOnlyMount | None = None
+    """A real condition the copy is put in while the command runs (tests/fault_conditions.py)."""
 
 
 def train(case_id: str, args: list, names: list[str], **kwargs) -> Case:
@@ -197,6 +200,11 @@ CASES = [
     Case("eval-checkpoint-path-observation-shape-changed", ["eval", "--checkpoint", "{copy}/checkpoints/best.pt",
                                                             "--env", "shaped:Shaped-v0"],
          ["best.pt'", "does not fit env 'shaped:Shaped-v0'", "(7,)"], env={"SHAPED_PAD": "3"}, run="shaped"),
+    Case("eval-checkpoints-folder-unreadable", ["eval", "--run-dir", "{copy}", "--episodes", "1"],
+         ["checkpoints'", "not readable by this user", "Permission denied", "mode 000"], run="cartpole",
+         condition=Unreadable("checkpoints")),
+    Case("resume-run-dir-read-only", ["train", "--resume", "{copy}", "--total-env-steps", "5000"],
+         ["cartpole'", "not writable", "Read-only file system"], run="cartpole", condition=ReadOnlyMount()),
     Case("eval-sample-and-greedy", ["eval", "--run-dir", "{copy}", "--sample", "--greedy"], ["--greedy", "--sample"],
          run="cartpole"),
     # the other commands
@@ -207,12 +215,17 @@ CASES = [
     Case("stack-scrape-interval-zero", ["stack", "up", "--scrape-interval", "0s", "--state-dir", "state"],
          ["--scrape-interval='0s'", "duration"]),
     Case("report-of-a-non-run", ["report", "{scratch}/empty-dir"], ["empty-dir'", "expected a run directory"]),
+    Case("report-run-files-are-directories", ["report", "{scratch}/folders-run"],
+         ["folders-run'", "config.yaml is a directory", "metrics.jsonl is a directory"]),
     Case("report-output-unwritable", ["report", "{copy}", "-o", "/proc/report.html"], ["'/proc/report.html'"],
          run="cartpole"),
     Case("dashboards-url-unclosed-bracket", ["dashboards", "push", "--url", "http://[::1"], ["--url='http://[::1'"]),
     Case("dashboards-timeout-nan", ["dashboards", "push", "--url", "http://127.0.0.1:1", "--timeout", "nan"],
          ["--timeout=nan", "> 0"]),
     Case("doctor-seed-2**70", ["doctor", "--seed", TOO_BIG], [f"--seed={TOO_BIG}", "4294967295"]),
+    Case("doctor-keep-a-regular-file", ["doctor", "--keep", "{scratch}/a-file"], ["--keep=", "a-file'", "is a file"]),
+    Case("doctor-step-timeout-zero", ["doctor", "--env", "CartPole-v1", "--step-timeout", "0"],
+         ["--step-timeout=0", "> 0"]),
     Case("doctor-env-module-raises", ["doctor", "--env", "bad_envs:ResetRaises-v0"], ["'bad_envs'", "RuntimeError"],
          env={"BAD_ENVS_ON_IMPORT": "raise"}),
 ]
@@ -236,6 +249,8 @@ def make_scratch(root: Path) -> None:
     os.mkfifo(root / "fifo")
     (root / "a-file").write_text("not a directory\n")
     (root / "empty-dir").mkdir()
+    for name in ("config.yaml", "meta.json", "metrics.jsonl"):  # a run's files, each a folder
+        (root / "folders-run" / name).mkdir(parents=True)
     (root / "shaped.py").write_text(SHAPED_ENV)
     torch.save({"weights": torch.zeros(3)}, root / "foreign.pt")  # a torch file, not a checkpoint
 
@@ -248,9 +263,13 @@ class Outcome:
     copy: Path | None
     before: dict
     seconds: float
+    skipped: str | None = None
+    """Why the case's condition cannot be made on this machine."""
 
 
 def run_case(case: Case, scratch: Path, trained: dict[str, Path]) -> Outcome:
+    if case.condition is not None and (reason := case.condition.unavailable()):
+        return Outcome(case, Result(0, "", ""), scratch, None, {}, 0.0, skipped=reason)
     home = scratch / "cases" / case.id
     cwd = home / "cwd"
     cwd.mkdir(parents=True)
@@ -264,7 +283,12 @@ def run_case(case: Case, scratch: Path, trained: dict[str, Path]) -> Outcome:
     if args[0] == "train" and "--run-dir" not in args and "--resume" not in args:
         args += ["--run-dir", str(cwd / "run")]
     began = time.monotonic()
-    result = finish(start(args, cwd, cli_env(PYTHONPATH=f"{TESTS}{os.pathsep}{scratch}", **case.env)))
+    prefix = case.condition.apply(copy) if case.condition is not None else []
+    try:
+        result = finish(start(args, cwd, cli_env(PYTHONPATH=f"{TESTS}{os.pathsep}{scratch}", **case.env), prefix))
+    finally:
+        if case.condition is not None:
+            case.condition.undo(copy)
     return Outcome(case, result, cwd, copy, before, time.monotonic() - began)
 
 
@@ -287,6 +311,8 @@ def outcomes(tmp_path_factory) -> dict[str, Outcome]:
 @pytest.mark.parametrize("case_id", [case.id for case in CASES])
 def test_bad_input_is_one_line_exit_2_and_leaves_nothing(outcomes, case_id):
     outcome = outcomes[case_id]
+    if outcome.skipped:
+        pytest.skip(outcome.skipped)
     result = outcome.result
     assert "Traceback" not in result.stderr, result.stderr
     assert result.returncode == 2, (result.returncode, result.stderr)

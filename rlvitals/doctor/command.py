@@ -6,7 +6,6 @@ Exit codes: 0 healthy, 1 findings, 2 bad input (one line naming the value and wh
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ def request_from_args(args: argparse.Namespace):
     from ..config import build_config
     from ..env_kwargs import parse_env_kwargs
     from .main import DoctorRequest
+    from .steplimit import DEFAULT_STEP_TIMEOUT
 
     if args.seed < 0:
         raise ConfigError(f"--seed={args.seed} is invalid: expected an integer >= 0")
@@ -31,14 +31,12 @@ def request_from_args(args: argparse.Namespace):
                               "episodes of the env being checked")
         if args.max_episode_steps <= 0:
             raise ConfigError(f"--max-episode-steps={args.max_episode_steps} is invalid: expected an integer > 0")
+    if args.step_timeout is not None:
+        _check_step_timeout(args)
     if args.keep is not None:
-        keep = Path(args.keep)
-        if keep.exists() and (not keep.is_dir() or any(keep.iterdir())):
-            raise ConfigError(f"--keep={args.keep!r} is invalid: it already exists and is not empty; expected a new "
-                              "or empty directory")
-        parent = next((p for p in keep.absolute().parents if p.exists()), Path("."))
-        if not os.access(keep if keep.exists() else parent, os.W_OK):
-            raise ConfigError(f"--keep={args.keep!r} is invalid: {str(parent)!r} is not writable")
+        from ..validate import check_dir_creatable
+
+        check_dir_creatable("--keep", args.keep)
     if args.env_kwargs is not None and args.env is None:
         raise ConfigError(f"--env-kwargs={args.env_kwargs!r} is invalid without --env: it configures the env "
                           "being checked (the ladder's probes take none)")
@@ -51,7 +49,19 @@ def request_from_args(args: argparse.Namespace):
         check_env_kwargs(env, gym.spec(env), env_kwargs)
     return DoctorRequest(seed=args.seed, keep=args.keep, config=config, ray=args.ray, env=env, env_kwargs=env_kwargs,
                          max_episode_steps=args.max_episode_steps,
+                         step_timeout=args.step_timeout if args.step_timeout is not None else DEFAULT_STEP_TIMEOUT,
                          ladder=env is None or config is not None)
+
+
+def _check_step_timeout(args: argparse.Namespace) -> None:
+    from ..limits import DURATION_MAX_SECONDS
+
+    if args.env is None:
+        raise ConfigError(f"--step-timeout={args.step_timeout:g} is invalid without --env: it bounds the steps of "
+                          "the env being checked")
+    if not 0 < args.step_timeout <= DURATION_MAX_SECONDS:  # NaN fails this too
+        raise ConfigError(f"--step-timeout={args.step_timeout:g} is invalid: expected seconds > 0, at most "
+                          f"{DURATION_MAX_SECONDS} (30 days)")
 
 
 def run_command(args: argparse.Namespace) -> int:

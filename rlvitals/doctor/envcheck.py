@@ -8,11 +8,14 @@ Every finding is a Verdict with component `env`:
 - rewards finite;
 - episodes that end (terminated or truncated) within a bound;
 - seeded resets that reproduce: the same seed gives the same first observation
-  and, under the same actions, the same trajectory.
+  and, under the same actions, the same trajectory;
+- steps that return: one that blocks longer than the step timeout (steplimit.py) ends the check.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 
 import gymnasium as gym
@@ -20,6 +23,8 @@ import numpy as np
 
 from rlvitals.actors.agents import RandomAgent, fixed_agent
 from rlvitals.telemetry.verdicts import Verdict
+
+from .steplimit import DEFAULT_STEP_TIMEOUT, StepBlocked, step_limit
 
 DEFAULT_EPISODE_BOUND = 10_000
 """Steps an episode may last when the env registers no time limit of its own."""
@@ -172,9 +177,10 @@ def _replay(env_id: str, seed: int, make_agent, name: str, findings: _Findings, 
 
 
 def check_env(env_id: str, seed: int = 0, max_episode_steps: int | None = None,
-              env_kwargs: dict | None = None) -> tuple[list[Verdict], list[str]]:
+              env_kwargs: dict | None = None,
+              step_timeout: float = DEFAULT_STEP_TIMEOUT) -> tuple[list[Verdict], list[str]]:
     """(verdicts, human lines) for a user's env id (already resolved: a registered gymnasium id), made with
-    `env_kwargs` as training would make it."""
+    `env_kwargs` as training would make it; a step that blocks past `step_timeout` seconds ends the check."""
     from rlvitals.actors.envs import EnvError
     from rlvitals.actors.runner import EnvRunner, EnvStepError
 
@@ -192,16 +198,31 @@ def check_env(env_id: str, seed: int = 0, max_episode_steps: int | None = None,
         made = agents(space, seed)
     finally:
         runner.close()
-    for name, agent, make_agent in made:
-        runner = EnvRunner(env_id, NUM_ENVS, seed, env_kwargs=env_kwargs)
-        try:
-            _walk(runner, agent, name, bound, findings)
-        finally:
-            runner.close()
-        _replay(env_id, seed, make_agent, name, findings, env_kwargs)
+    with step_limit(step_timeout, on_stuck=lambda seconds: _give_up(env_id, seconds)):
+        for name, agent, make_agent in made:
+            try:
+                runner = EnvRunner(env_id, NUM_ENVS, seed, env_kwargs=env_kwargs)
+                try:
+                    _walk(runner, agent, name, bound, findings)
+                finally:
+                    runner.close()
+                _replay(env_id, seed, make_agent, name, findings, env_kwargs)
+            except StepBlocked as exc:  # it would block again: the other agents' checks would only wait too
+                findings.add("doctor-env-step-blocked", "critical",
+                             f"with the {name}, a step blocked for {exc.seconds:.0f} s, beyond the step timeout of "
+                             f"{step_timeout:g} s (--step-timeout); step() must return: look for a call that waits "
+                             "(a socket, a lock, a subprocess, a sleep), or raise the timeout for a slow simulator")
+                break
     verdicts = list(findings.verdicts.values())
     lines = [f"{'FAIL' if verdicts else 'PASS'}  env {env_id}: observations in space and finite, rewards finite, "
-             f"episodes end within {bound} steps, seeded resets reproduce "
+             f"episodes end within {bound} steps, seeded resets reproduce, steps return within {step_timeout:g} s "
              f"({time.perf_counter() - started:.1f}s, {', '.join(n for n, _, _ in made)})"]
     lines += [f"      {v.rule}: {v.message}" for v in verdicts]
     return verdicts, lines
+
+
+def _give_up(env_id: str, seconds: float) -> None:
+    """A step stuck outside Python (the timeout's signal never handled): say so in one line and end the process."""
+    print(f"rlvitals: env {env_id!r}: a step has blocked for {seconds:.0f} s and cannot be interrupted (it is stuck "
+          "outside Python); the doctor ends here (finding doctor-env-step-blocked)", file=sys.stderr, flush=True)
+    os._exit(1)

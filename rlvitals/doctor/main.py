@@ -17,6 +17,7 @@ from .invariant_evidence import broken_in, invariant_verdict
 from .ladder import LEARNING_SETTINGS, REFERENCE, Leg, ProbeResult, probe_config, run_ladder, user_leg
 from .patterns import FALLBACK_RULE, fallback_component, healthy, infer, pattern_text
 from .settings import settings_verdict, show
+from .steplimit import DEFAULT_STEP_TIMEOUT
 
 
 @dataclass
@@ -31,6 +32,8 @@ class DoctorRequest:
     env_kwargs: dict = field(default_factory=dict)
     """Keyword arguments for that env's constructor (`--env-kwargs`, else the config's for the same env)."""
     max_episode_steps: int | None = None
+    step_timeout: float = DEFAULT_STEP_TIMEOUT
+    """Seconds one step of that env may take before the check reports it blocked (`--step-timeout`)."""
     ladder: bool = True
     """Run the probe ladder (the reference leg, and the user's leg with `config`)."""
     probes: tuple = field(default_factory=lambda: PROBES)
@@ -71,7 +74,8 @@ def run_doctor(request: DoctorRequest, stream=None, quiet: bool = False) -> list
     if request.env is not None:
         from .envcheck import check_env
 
-        found, lines = check_env(request.env, request.seed, request.max_episode_steps, request.env_kwargs)
+        found, lines = check_env(request.env, request.seed, request.max_episode_steps, request.env_kwargs,
+                                 request.step_timeout)
         verdicts += found
         for line in lines:
             say(line)
