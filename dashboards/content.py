@@ -140,6 +140,10 @@ def learning() -> Dashboard:
                      "it learns from, the updates it makes, and per-layer health (debug level).", [
         Row("Policy", [
             gauges("rlvitals_learner_relative_entropy_ratio", lo=0, hi=1, title="Relative policy entropy"),
+            gauges("rlvitals_learner_entropy_change_nats", title="Entropy change per action dimension"),
+            gauges("rlvitals_learner_entropy_bounded", lo=0, hi=1, title="Entropy has a maximum (discrete policy)",
+                   note="Healthy: constant for a run, 1 for discrete actions and 0 for a Gaussian policy: it says "
+                        "which entropy panel to read (relative entropy for 1, the change per dimension for 0)."),
             gauges("rlvitals_learner_kl_divergence_nats", title="KL(behaviour || learner)"),
             gauges("rlvitals_learner_clip_fraction_ratio", lo=0, hi=1, title="PPO clip fraction"),
         ]),

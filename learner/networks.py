@@ -26,6 +26,9 @@ class Categorical:
         self.n = n
         self.num_params = n
         self.max_entropy = math.log(n) if n > 1 else 1.0  # one action: entropy 0 of 1 -> relative 0
+        self.entropy_bounded = True
+        """The entropy has a maximum (log n), so 'at its maximum' and 'a share of it' mean something."""
+        self.dims = 1
 
     def log_prob(self, params, actions):
         return F.log_softmax(params, -1).gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
@@ -55,6 +58,10 @@ class DiagGaussian:
         # a policy there can usefully have; unbounded boxes use a unit Gaussian.
         self.max_entropy = (float(np.log(space.high - space.low).sum()) if bounded
                             else 0.5 * self.dim * math.log(2 * math.pi * math.e))
+        self.entropy_bounded = False
+        """A Gaussian's entropy has no maximum: max_entropy is a reference scale only, which a wide policy
+        exceeds; rules judge its change from the initial policy instead."""
+        self.dims = self.dim
 
     def _split(self, params):
         return params[..., : self.dim], params[..., self.dim:]

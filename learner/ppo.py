@@ -126,6 +126,8 @@ class PPOLearner:
         """Wait for the device at each phase boundary: honest per-phase GPU times (profiling), slower updates."""
         self.heads = head_positions(net, device)
         self.reward_scale = torch.zeros((), device=device)
+        self.initial_entropy: torch.Tensor | None = None
+        """Mean entropy per action dimension on the run's first batch (entropy_change is measured from it)."""
         """Largest |reward| of any valid step learned from in this run (kept on the device)."""
         self.normalization = LearnerNormalization(net, settings.normalize_rewards, settings.normalize_clip, device)
         self.invariants = LearnerInvariants(self)
@@ -134,12 +136,15 @@ class PPOLearner:
         """What a checkpoint must keep of the learner beyond network, optimizer and counters (tensors only)."""
         ema = self.noise_scale
         return {"reward_scale": self.reward_scale.detach().cpu(), "normalization": self.normalization.state(),
+                **({} if self.initial_entropy is None else {"initial_entropy": self.initial_entropy.detach().cpu()}),
                 "noise_scale": [None if x is None else x.detach().cpu() for x in (ema.trace_ema, ema.sqnorm_ema)]}
 
     def load_extra_state(self, state: dict) -> None:
         if "reward_scale" in state:
             self.reward_scale = state["reward_scale"].to(self.device, torch.float32)
         self.normalization.load_state(state.get("normalization", {}))
+        if "initial_entropy" in state:
+            self.initial_entropy = state["initial_entropy"].to(self.device, torch.float32)
         if "noise_scale" in state:
             self.noise_scale.trace_ema, self.noise_scale.sqnorm_ema = (
                 None if x is None else x.to(self.device) for x in state["noise_scale"])
@@ -310,7 +315,13 @@ class PPOLearner:
     def _batch_stats(self, params, values, targets, advantages, rewards, terminated, valid, done, min_target_std):
         v = valid
         entropy = (self.net.dist.entropy(params) * v).sum() / v.sum().clamp_min(1)
-        stats = {"relative_entropy": entropy / self.net.dist.max_entropy,
+        dist = self.net.dist
+        per_dimension = entropy / dist.dims
+        if self.initial_entropy is None:   # the run's first batch: the initial policy's spread
+            self.initial_entropy = per_dimension.detach().clone()
+        stats = {"relative_entropy": entropy / dist.max_entropy,
+                 "entropy_change": per_dimension - self.initial_entropy,
+                 "entropy_bounded": torch.full((), float(dist.entropy_bounded), device=self.device),
                  "residual_variance": diag.residual_variance(targets, values, v, min_target_std)}
         stats["terminal_correlation"], stats["penultimate_terminal_correlation"] = \
             diag.terminal_correlations(values, rewards, terminated, valid, done)

@@ -102,7 +102,20 @@ METRICS: tuple[Metric, ...] = (
            "Policy entropy divided by the maximum possible entropy, on the learner's batch. Healthy: starts "
            "near 1, falls quickly, then flattens. Stuck near 1: no policy is being learned (check policy "
            "targets, backprop, the env). Near 0: the policy collapsed (add exploration or shrink rewards). "
-           "Wild oscillation: learning rate too high.", source="relative_entropy"),
+           "Wild oscillation: learning rate too high. Discrete actions only have a maximum (log of the number "
+           "of actions); for a Gaussian policy the divisor is a reference scale (the uniform distribution over "
+           "a bounded box, else a unit Gaussian) that a wide policy exceeds: read the entropy change instead.",
+           source="relative_entropy"),
+    Metric("rlvitals_learner_entropy_change_nats", "gauge", "learner", "standard", "suffix:nats",
+           "Mean policy entropy per action dimension on the learner's batch, minus its value on the run's first "
+           "batch (the initial policy). Healthy: falls as the policy learns; a Gaussian policy may also widen "
+           "(positive) on a task that rewards exploration. Far below 0 on a Gaussian policy (-4 nats: every "
+           "standard deviation 55 times narrower than at the start): it stopped exploring.",
+           source="entropy_change"),
+    Metric("rlvitals_learner_entropy_bounded", "gauge", "learner", "standard", "none",
+           "1 when the policy's distribution has a maximum entropy (discrete actions), so relative entropy "
+           "near 1 means uniform; 0 for a Gaussian policy, whose entropy is unbounded. The health rules read "
+           "it to judge each distribution family by its own measure.", source="entropy_bounded"),
     Metric("rlvitals_learner_kl_divergence_nats", "gauge", "learner", "standard", "suffix:nats",
            "KL(behaviour policy || learner policy) on the same batch, exact from stored action distributions. "
            "Healthy: small and positive. Very large: stale experience. Very small: the learning rate could "

@@ -183,17 +183,29 @@ STEPS_PER_SECOND_BEFORE = Delta(S("env_steps").shifted(2 * SLOW_HOLD), SLOW_WIND
 RULES: tuple[Rule, ...] = (
     # ------------------------------------------------------------------ fast: learning
     # Info only: where one action is right everywhere (a probe, a solved task) collapse is the optimum.
-    Rule("RLPolicyEntropyCollapsed", S("relative_entropy") < 0.01, 15, "fast", "info", "policy",
+    # Discrete policies only: a Gaussian's entropy has no maximum to be a share of (entropy_bounded 0).
+    Rule("RLPolicyEntropyCollapsed", (S("relative_entropy") < 0.01) & (S("entropy_bounded") > 0.5), 15, "fast",
+         "info", "policy",
          "Policy entropy collapsed to under 1% of its maximum in run {{ $labels.run_id }}",
          "The policy is almost deterministic. Unless the task has one right action everywhere, it stopped "
          "exploring: check the entropy bonus (its sign and --entropy-coef), the reward scale, and the "
          "clip fraction and KL for oversized updates.", after_updates=10),
-    Rule("RLPolicyEntropyStuckAtMax", S("relative_entropy") > 0.995, 20, "fast", "warning", "policy",
+    Rule("RLPolicyEntropyStuckAtMax", (S("relative_entropy") > 0.995) & (S("entropy_bounded") > 0.5), 20, "fast",
+         "warning", "policy",
          "Policy entropy stays at its maximum in run {{ $labels.run_id }}",
          "The learner keeps updating and the policy stays uniform: no policy is being learned. Check that "
          "the policy loss reaches the policy head, the advantages' sign and shape (a broadcast to a matrix "
          "averages them away), and that the env's rewards depend on actions (rlvitals doctor).",
          after_updates=20),
+    # A Gaussian policy is judged by its change from the initial policy: every standard deviation 55 times
+    # narrower (-4 nats per dimension) is a policy that stopped exploring. Info, as a collapse can be optimal.
+    Rule("RLPolicySpreadCollapsed", (S("entropy_change") < -4.0) & (S("entropy_bounded") < 0.5), 15, "fast",
+         "info", "policy",
+         "The Gaussian policy's spread collapsed in run {{ $labels.run_id }}",
+         "Every action dimension's standard deviation is over 50 times narrower than the initial policy's: it "
+         "barely explores. Unless the task needs exact actions, check the entropy bonus (its sign and "
+         "--entropy-coef), the reward scale, and the KL and clip fraction for oversized updates.",
+         after_updates=10),
     # With normalised advantages the surrogate's gradient does not scale with the rewards: a healthy,
     # undecided policy's head reads 1e-3 and up, a disconnected one 0 or rounding noise (1e-9).
     Rule("RLPolicyGetsNoGradient",

@@ -13,7 +13,9 @@ keeps for the next step must be m' and v'. Per element the step
 taken may differ from it by float32 rounding: 4 ulps of the parameter plus
 1e-5 of the step's magnitude (m' computed from |m| and |g|, so a moment that
 cancels to near 0 is not judged against its own rounding), and each kept
-moment 1e-5 of its own scale. Statistic: the norm of what exceeds that (a
+moment 1e-5 of its own scale; everywhere 4 x float32's smallest normal number
+more (moments that decay under zero gradients turn subnormal, where float32
+rounds to multiples of 1.4e-45). Statistic: the norm of what exceeds that (a
 moment's excess weighted by its parameter's step), over the norm of the steps'
 magnitudes; 0 in a correct
 learner whatever the gradient's size (a step that rounds away in float32 is
@@ -34,6 +36,10 @@ import torch
 from .common import F64, NAN
 
 FLOAT32_ULP = float(torch.finfo(torch.float32).eps)
+FLOAT32_TINY = float(torch.finfo(torch.float32).tiny)
+"""The smallest normal float32: below it values are subnormal and lose relative precision (a moment decaying
+towards 0 under zero gradients gets stuck at a few multiples of 1.4e-45), so differences under 4 of it are
+rounding."""
 STEP_ROUNDING = 1e-5
 """Relative float32 error allowed in a computed step (a few operations of about 6e-8 each)."""
 
@@ -79,7 +85,7 @@ class AdamReference:
                 denom = (v1 / bc2).sqrt() + self.eps
                 expected = -lr * (m1 / bc1) / denom
                 size = lr * (b1 * m.abs() + (1 - b1) * g.abs()) / bc1 / denom
-            rounding = 4 * FLOAT32_ULP * torch.maximum(p0.abs(), p1.abs())
+            rounding = 4 * FLOAT32_ULP * torch.maximum(p0.abs(), p1.abs()) + 4 * FLOAT32_TINY
             excess = ((p1 - p0) - expected).abs() - rounding - STEP_ROUNDING * size
             excess_sq.append(excess.clamp_min(0).pow(2).sum())
             magnitude_sq.append(size.pow(2).sum())
@@ -88,7 +94,7 @@ class AdamReference:
                 for name, reference, scale in (("exp_avg", m1, b1 * m.abs() + (1 - b1) * g.abs()),
                                                ("exp_avg_sq", v1, v1)):
                     kept = state[name].detach().to(F64) if name in state else torch.zeros_like(reference)
-                    off = (kept - reference).abs() - STEP_ROUNDING * scale
+                    off = (kept - reference).abs() - STEP_ROUNDING * scale - 4 * FLOAT32_TINY
                     share = off.clamp_min(0).norm() / scale.norm().clamp_min(1e-300)
                     excess_sq.append((share * size.norm()).pow(2))
             moves[index] = (expected.abs() > 4 * FLOAT32_ULP * p0.abs() + STEP_ROUNDING * size).any()
