@@ -72,6 +72,9 @@ class WitnessRecord:
     """Time-limit decisions of the sub-envs' TimeLimit wrappers judged in this rollout (actors/time_limit.py)."""
     limit_wrong: int = 0
     """Of them, those against the TimeLimit's contract."""
+    steps_total: int = -1
+    """Env steps the witness counted since it was built, this record's included (-1: not counted); every step
+    is in some record, so the records that reach the learner add up to it (rlvitals/evidence.py)."""
 
     @property
     def resets(self) -> np.ndarray:
@@ -165,6 +168,7 @@ class Witness(gym.vector.VectorWrapper):
         self._origin = int.from_bytes(os.urandom(8), "little") >> 1
         self._seq = 0
         self._fresh = False
+        self._steps_total = 0
         self._clear(0)
 
     def _clear(self, num_steps: int) -> None:
@@ -238,6 +242,7 @@ class Witness(gym.vector.VectorWrapper):
             except Exception:
                 self._complete = False
         self._t = t + 1
+        self._steps_total += self.n   # every step, inside or outside a rollout: the lowest level's own count
         self._last_obs = obs   # _emit, inlined
         self._emits += 1
         if not self._emits % SPACE_CHECK_EVERY:
@@ -285,6 +290,7 @@ class Witness(gym.vector.VectorWrapper):
             action_low=self._low, action_high=self._high, complete=complete, origin=self._origin, seq=self._seq,
             fresh=self._fresh)
         record.limit_decisions, record.limit_wrong = take_decisions(self._limits)
+        record.steps_total = self._steps_total
         self._seq, self._fresh = self._seq + 1, False
         if len(terminated):   # a fresh array, never changed in place: the next record's done_before
             self._prev_done = terminated[-1] | truncated[-1]

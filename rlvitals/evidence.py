@@ -21,6 +21,12 @@ age when it was requested, and gives `inv_weights_current_at_request`: how many
 learner steps older the network that acted was (0 in a correct run); in Ray mode it
 also names the actors that acted with older weights than they were handed.
 
+`WitnessedSteps` sees every rollout as it arrives, with the env steps its witness
+counted at the lowest level since it was built, and gives
+`inv_env_steps_accounted`: the env steps counted there that neither arrived nor
+were dropped by the actor with a reason (0 in a correct run); in Ray mode it
+also names the actor processes whose steps went missing.
+
 Nothing here reads the clock: a fast and a slow machine see the same statistics
 after the same batches.
 """
@@ -86,6 +92,15 @@ class PipelineEvidence:
         return sum(d for _, d in self.arrivals) / total if total else NAN
 
 
+def count_producer(tally: dict[str, list[int]], worst: dict[str, int], producer: str, amount: int) -> None:
+    """One arrival from `producer` into `tally` ([arrivals over the limit of 0, arrivals]) and its worst amount."""
+    counts = tally.setdefault(producer, [0, 0])
+    counts[0] += amount > 0
+    counts[1] += 1
+    if amount:
+        worst[producer] = max(worst.get(producer, 0), amount)
+
+
 class HandedWeights:
     """Per arriving rollout: the learner's network age when it was requested against the age that acted.
 
@@ -116,11 +131,7 @@ class HandedWeights:
         self.handed_old[1] += 1
         self.handed_old[2] = max(self.handed_old[2], published_lag)
         if producer:
-            counts = self.tally.setdefault(producer, [0, 0])
-            counts[0] += load_lag > 0
-            counts[1] += 1
-            if load_lag:
-                self.worst[producer] = max(self.worst.get(producer, 0), load_lag)
+            count_producer(self.tally, self.worst, producer, load_lag)
 
     def take_statistic(self) -> dict:
         """The largest lag (learner steps) over the rollouts since the last take; once any lagged, where: the
@@ -139,6 +150,52 @@ class HandedWeights:
             where.append(who_broke(self.tally, "rollouts", notes))
         if where:
             out["weights_current_at_request_named"] = "; ".join(where)
+        return out
+
+
+class WitnessedSteps:
+    """Per witness (one runner: the local one, or a Ray actor incarnation's), the env steps it counted since it was
+    built against those of its records that arrived and those its actor dropped with a reason.
+
+    Every env step is in exactly one witness record, and a record travels with its rollout, so when a record
+    arrives, the steps counted up to it are those of the records that arrived before it and with it, plus those
+    of rollouts dropped with a reason (counted by the actor, reported on its next rollout), plus those of records
+    still in flight. Nothing is in flight ahead of an arriving record: a runner collects one rollout at a time and
+    the driver takes each actor's finished rollouts earliest-requested first. So the difference is 0 in a correct
+    run; an actor that collects a rollout and drops or keeps it without counting it (its own counters agree with
+    themselves) shows a difference of that rollout's steps on its next delivery."""
+
+    def __init__(self):
+        self.received: dict[int, int] = {}
+        """Witness origin -> env steps of its records that arrived."""
+        self._gap: int | None = None
+        self.tally: dict[str, list[int]] = {}
+        """Producer (Ray actor incarnation) -> [arrivals with steps unaccounted for, arrivals]."""
+        self.worst: dict[str, int] = {}
+
+    def arrived(self, rollout, producer: str = "") -> None:
+        """One runner's rollout arrived (before any joining), learned from or about to be dropped as stale."""
+        records = [r for r in getattr(rollout, "witness", ()) or () if r.steps_total >= 0]
+        if len(records) != 1:
+            return   # unwitnessed, or joined already: not one runner's evidence
+        rec = records[0]
+        dropped = sum(int(c.get("dropped_steps", 0)) for c in getattr(rollout, "actor_counters", ()) or ())
+        self.received[rec.origin] = self.received.get(rec.origin, 0) + rec.steps
+        gap = abs(rec.steps_total - self.received[rec.origin] - dropped)
+        self._gap = gap if self._gap is None else max(self._gap, gap)
+        if producer:
+            count_producer(self.tally, self.worst, producer, gap)
+
+    def take_statistic(self) -> dict:
+        """The largest difference (env steps) over the arrivals since the last take; once any differed in Ray
+        mode, the actor processes it was seen in (`env_steps_accounted_named`)."""
+        out: dict = {}
+        if self._gap is not None:
+            out["inv_env_steps_accounted"], self._gap = float(self._gap), None
+        if self.worst:
+            notes = {p: f" (up to {n} env steps it took neither delivered nor dropped with a reason)"
+                     for p, n in self.worst.items()}
+            out["env_steps_accounted_named"] = who_broke(self.tally, "rollouts", notes)
         return out
 
 

@@ -38,7 +38,7 @@ from rlvitals.telemetry.verdicts import SEVERITIES, print_verdict
 from .archive import RunArchive
 from .checkpoint import restore, save_checkpoint
 from .config import TrainConfig
-from .evidence import HandedWeights, PipelineEvidence
+from .evidence import HandedWeights, PipelineEvidence, WitnessedSteps
 from .guard import NonFiniteGuard
 from .parts import make_learner, make_network, resolve_device
 from .progress import ProgressLine, Reading
@@ -73,6 +73,7 @@ class Run:
         self.invariants = InvariantMonitor()
         self.evidence = PipelineEvidence()
         self.handed = HandedWeights()
+        self.steps_accounted = WitnessedSteps()
         self.streams = StreamIndependence()
         self.episodes = EpisodeWitness()
         self.attribution = InvariantAttribution()
@@ -151,6 +152,7 @@ class Run:
             stats.update(self.streams.observe(rollout))  # each env draws its own episodes
             stats.update(self.episodes.observe(rollout))  # the episodes reported are the env's
             stats.update(self.handed.take_statistic())    # every rollout acted with the weights it was handed
+            stats.update(self.steps_accounted.take_statistic())   # every env step the witness counted arrived
             if self.actor_accounts is not None:
                 stats.update(self.actor_accounts.take_statistic())
             else:
@@ -270,17 +272,19 @@ class Run:
         self.tracker.dropped[reason] += samples
         self.telemetry.record_dropped(reason, samples)
         if reason == "stale":
-            newly_broken = self.judge({**self.evidence.dropped(samples), **self.handed.take_statistic()},
+            newly_broken = self.judge({**self.evidence.dropped(samples), **self.handed.take_statistic(),
+                                       **self.steps_accounted.take_statistic()},
                                       self.tracker.updates)
             if newly_broken:  # every batch may be dropped: the verdict must not wait for a timed row
                 self.rows.write(self.row())
 
     def acted(self, requested_age: int, rollout, handed_age: int | None = None) -> None:
         """One actor's rollout arrived (before any joining), requested when the learner's network was
-        `requested_age` and handed the weights of `handed_age` (Ray): the weights_current_at_request evidence,
-        per actor incarnation in Ray mode."""
+        `requested_age` and handed the weights of `handed_age` (Ray): the weights_current_at_request and
+        env_steps_accounted evidence, per actor incarnation in Ray mode."""
         for producer in producers(rollout) or ("",):
             self.handed.arrived(requested_age, rollout.policy_age, producer, handed_age)
+        self.steps_accounted.arrived(rollout, (producers(rollout) or ("",))[0])
 
     def left_in_flight(self, samples: int) -> None:
         """A batch an actor finished that the run ended without taking."""

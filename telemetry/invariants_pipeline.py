@@ -68,6 +68,21 @@ PIPELINE_INVARIANTS: tuple[Invariant, ...] = (
         "Each rollout carries its actor's counters as they were when it was delivered, and they count it, so a "
         "correct pipeline never receives more than was produced. Exact counts: no false alarm."),
     Invariant(
+        "env_steps_accounted", "pipeline", "actor", 0.0, 1,
+        "Env steps were taken that never reached the learner",
+        "The env steps a witness counted at the lowest level (directly on the env gymnasium built, since it was "
+        "built) differ from the steps of its rollouts that arrived plus those its actor dropped with a reason: "
+        "the actor collected rollouts and dropped or kept them without counting them (a rollout collected "
+        "twice per request, a buffer that keeps some, a retry that discards one), while its own counters "
+        "agree with themselves. In a Ray run the verdict names the actor processes.",
+        "Every env step lands in exactly one witness record, which travels with its rollout; an actor that "
+        "drops a rollout counts its steps (reason and steps on its next delivery). A runner collects one "
+        "rollout at a time and the driver takes each actor's finished rollouts earliest-requested first, so "
+        "nothing is in flight ahead of an arriving record: at every arrival the steps counted up to it equal "
+        "those arrived plus those dropped with a reason. Counted on every arriving rollout, learned from or "
+        "dropped as stale; a restarted actor has a new witness. Statistic: the largest difference in env steps "
+        "over the arrivals since the last update; exact counts, no false alarm."),
+    Invariant(
         "learner_waits_while_ready", "pipeline", "throughput", 0.1, 4,
         "The learner waits while finished rollouts are ready",
         "Ray async mode: when the learner started waiting for its next batch a finished rollout was already "

@@ -40,6 +40,36 @@ def time_limit_counter_not_reset(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(TimeLimit, "reset", reset)
 
 
+def _discard_every_other_rollout(mp: pytest.MonkeyPatch, mine) -> None:
+    """Where `mine()` holds (asked once), the runner collects a rollout and loses it, without a count, before
+    each second one it hands over: its env steps were taken, and no counter of the actor says so."""
+    from rlvitals.actors.runner import EnvRunner
+
+    original = EnvRunner.collect
+    state: dict = {}
+
+    def collect(self, policy, num_steps):
+        if "mine" not in state:
+            state["mine"], state["calls"] = mine(), 0
+        state["calls"] += 1
+        if state["mine"] and state["calls"] % 2 == 0:
+            original(self, policy, num_steps)
+        return original(self, policy, num_steps)
+
+    mp.setattr(EnvRunner, "collect", collect)
+
+
+def runner_discards_every_other_rollout(mp: pytest.MonkeyPatch) -> None:
+    _discard_every_other_rollout(mp, lambda: True)
+
+
+def one_actor_discards_every_other_rollout(mp: pytest.MonkeyPatch) -> None:
+    """As runner_discards_every_other_rollout, in the one actor process that claims the bug."""
+    from planted_bugs import claim_for_this_process
+
+    _discard_every_other_rollout(mp, claim_for_this_process)
+
+
 RAY = {"mode": "ray", "num_actors": 2, "torch_threads": 1}
 """Ray mode with two actors (as planted_bugs.RAY; not imported from there, which imports this module)."""
 
@@ -58,4 +88,12 @@ ENV_STAGE_BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("time_limit_counter_not_reset_acrobot", "env", "run", time_limit_counter_not_reset,
                env="Acrobot-v1", invariant="env_time_limit",
                what="as time_limit_counter_not_reset, on Acrobot (episodes also end by termination)"),
+    PlantedBug("runner_discards_every_other_rollout", "actor", "run", runner_discards_every_other_rollout,
+               invariant="env_steps_accounted",
+               what="the runner collects a rollout and loses it before every second one it hands over"),
+    PlantedBug("ray_one_actor_of_four_discards_every_other_rollout", "actor", "run",
+               one_actor_discards_every_other_rollout, overrides={**RAY, "num_actors": 4, "actor_cpus": 0.25},
+               mode="ray", in_actors=True, one_actor=True, invariant="env_steps_accounted",
+               what="one Ray actor of four collects a rollout and loses it before every second one it delivers, "
+                    "its counters none the wiser"),
 )

@@ -1,5 +1,6 @@
 """The env's stages re-derived from their own inputs (issue 31): the witness sits directly on what gymnasium
-built, and the env's time limit is judged by probes on both sides of its TimeLimit.
+built, the env's time limit is judged by probes on both sides of its TimeLimit, and every env step the witness
+counts reaches the learner or is dropped with a reason.
 
 Planted faults come from tests/planted_env_stages.py (monkeypatches, never product code); each must be named
 on its component by the first warning-or-worse verdict. Healthy envs, tiny user envs solved exactly and run
@@ -9,8 +10,10 @@ far past convergence included, must read 0 and raise nothing.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import gymnasium as gym
+import planted_bugs
 import pytest
 import tiny_envs  # noqa: F401  (registers Corridor-v0 and Bandit-v0)
 from diagnose import LOUD, diagnose
@@ -80,14 +83,18 @@ def test_a_limit_not_enforced_and_a_count_not_reset_are_both_counted(monkeypatch
 
 # ---------------------------------------------------------------- planted faults, named
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["reward_transform_wrapped_over_the_env", "ray_reward_transform_wrapped_over_the_env",
-                                  "time_limit_counter_not_reset"])
+@pytest.mark.parametrize("name", ["reward_transform_wrapped_over_the_env", "time_limit_counter_not_reset",
+                                  "runner_discards_every_other_rollout",
+                                  "ray_one_actor_of_four_discards_every_other_rollout"])
 def test_planted_env_stage_fault_is_named_on_its_component_first(name, tmp_path):
     bug = BY_BUG[name]
     found = diagnose(tmp_path / name, bug=bug, budget_s=HUNG_S)
     first = found.first
     assert first is not None, f"{name}: no verdict in {HUNG_S} s"
     assert (first.component, first.rule) == (bug.component, BY_NAME[bug.invariant].rule_name), found.verdicts
+    if bug.one_actor:   # that actor's process named, and no other
+        pid = Path(planted_bugs.claim_path).read_text()
+        assert f"(pid {pid}): " in first.message and first.message.count("(pid ") == 1, first.message
 
 
 # ---------------------------------------------------------------- healthy: solved exactly, run far past it
@@ -99,3 +106,31 @@ def test_a_tiny_corridor_solved_exactly_and_run_far_past_it_raises_nothing(tmp_p
     assert found.summary["mean_return_last_100"] == 1.0, found.summary   # solved exactly
     limits = [row["inv_env_time_limit"] for row in found.rows if "inv_env_time_limit" in row]
     assert limits and set(limits) == {0.0}
+
+
+# ---------------------------------------------------------------- every env step counted at the lowest level
+def test_steps_dropped_with_a_reason_are_accounted_for_and_steps_lost_without_one_are_not():
+    from rlvitals.distributed.accounting import ActorCounters
+    from rlvitals.evidence import WitnessedSteps
+
+    runner = EnvRunner("CartPole-v1", 2, 0)
+    try:
+        agent = RandomAgent(runner.action_space, 0)
+        first, dropped, third, lost, fifth = (runner.collect(agent, 8) for _ in range(5))
+    finally:
+        runner.close()
+    counters, ledger = ActorCounters(0, 1), WitnessedSteps()
+
+    def arrives(rollout) -> dict:
+        rollout.actor_counters = (counters.snapshot(),)   # stamped as it is delivered
+        ledger.arrived(rollout, "actor 0 (pid 1)")
+        return ledger.take_statistic()
+
+    assert arrives(first) == {"inv_env_steps_accounted": 0.0}
+    counters.dropped_one("ValueError", dropped)        # the actor says why, and how many env steps
+    assert arrives(third) == {"inv_env_steps_accounted": 0.0}
+    seen = arrives(fifth)
+    assert seen["inv_env_steps_accounted"] == 16.0       # `lost`: 8 vector steps of 2 envs, said nowhere
+    assert seen["env_steps_accounted_named"].startswith("actor 0 (pid 1): 1 of 3 rollouts")
+    assert BY_NAME["env_steps_accounted"].component == "actor"
+

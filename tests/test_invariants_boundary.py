@@ -222,6 +222,8 @@ def test_a_healthy_ray_run_reads_zero_and_accounts_for_every_rollout(tmp_path):
     summary, run_dir = train_in(cfg, ["test"])
     rows = rows_of(run_dir)
     assert_healthy(rows, unmeasured=("inv_env_time_limit",))   # CartPole's vector env keeps its own time limit
+    steps = [row["inv_env_steps_accounted"] for row in rows if "inv_env_steps_accounted" in row]
+    assert len(steps) == len(rows) and set(steps) == {0.0}     # every env step the witnesses counted arrived
     accounting = [row["inv_actor_accounting"] for row in rows if "inv_actor_accounting" in row]
     assert len(accounting) == len(rows) and set(accounting) == {0.0}
     actors = summary["samples"]["actors"]

@@ -60,6 +60,8 @@ class ActorCounters:
         self.samples = 0
         """Env steps in the rollouts delivered: what the incarnation's memory growth is judged against."""
         self.dropped: Counter = Counter()
+        self.dropped_steps = 0
+        """Env steps (vector steps x envs, as the witness counts them) of the rollouts dropped with a reason."""
         self.seconds = dict.fromkeys(PHASES, 0.0)
         self.born = now if born is None else born
         self.born_wall = time.time() - (now - self.born)
@@ -76,8 +78,10 @@ class ActorCounters:
     def produced_one(self) -> None:
         self.produced += 1
 
-    def dropped_one(self, reason: str) -> None:
+    def dropped_one(self, reason: str, rollout=None) -> None:
+        """A rollout produced and never delivered, for `reason`; its env steps as its witness counted them."""
         self.dropped[reason] += 1
+        self.dropped_steps += sum(rec.steps for rec in getattr(rollout, "witness", ()) or ())
 
     def phases(self, rollout, weights_s: float) -> None:
         """Put every second since the last call into a phase; the rollout carries this share in `timings`.
@@ -113,8 +117,8 @@ class ActorCounters:
             seconds["other"] += self._ready - self._mark
             seconds["work_wait"] += now - self._ready
         return {"actor": self.actor_id, "pid": self.pid, "produced": self.produced, "delivered": self.delivered,
-                "dropped": dict(self.dropped), "seconds": seconds, "wall": time.time() - self.born_wall,
-                "samples": self.samples, "memory": memory_in_use()}
+                "dropped": dict(self.dropped), "dropped_steps": self.dropped_steps, "seconds": seconds,
+                "wall": time.time() - self.born_wall, "samples": self.samples, "memory": memory_in_use()}
 
 
 class ActorAccounts:

@@ -96,7 +96,7 @@ class RolloutWorker:
         try:
             self.telemetry.record_rollout(rollout)
         except Exception as exc:  # produced, never delivered: counted with why
-            self.accounting.dropped_one(type(exc).__name__)
+            self.accounting.dropped_one(type(exc).__name__, rollout)
             raise
         self.accounting.deliver(rollout)
         return rollout
