@@ -140,7 +140,8 @@ def test_a_rule_fires_after_its_hold_in_updates_and_names_when_it_first_held():
 
 def test_means_use_the_last_updates():
     # mean of clip_fraction over 30 updates > 0.3: one spike is not enough, a sustained level is.
-    fresh = {"staleness_batches": 0.0, "queue_capacity": 1.0}   # samples as fresh as local mode's
+    fresh = {"staleness_batches": 0.0, "queue_capacity": 1.0,    # samples as fresh as local mode's,
+             "entropy_bounded": 1.0}                              # of a discrete policy
     spike = [{"wall_seconds": float(u), "updates": u, "clip_fraction": 0.9 if u == 20 else 0.1, **fresh}
              for u in range(80)]
     assert not [v for v in evaluate_rows(spike) if v.rule == "RLClipFractionHigh"]
@@ -151,6 +152,8 @@ def test_means_use_the_last_updates():
     assert clip.first_update == 35
     stale = [{**row, "staleness_batches": 9.0} for row in level]   # staler than the queues explain
     assert not [v for v in evaluate_rows(stale) if v.rule == "RLClipFractionHigh"]
+    gaussian = [{**row, "entropy_bounded": 0.0} for row in level]   # judged by its KL instead
+    assert not [v for v in evaluate_rows(gaussian) if v.rule == "RLClipFractionHigh"]
 
 
 def test_monitor_reports_each_rule_once_as_it_fires_and_exports_its_count():

@@ -150,9 +150,7 @@ def test_a_stage_fault_is_named_on_the_stage_owner(name, tmp_path):
     assert first.first_update <= 10
 
 
-# The Gaussian bandit (tiny_continuous_envs) still raises RLClipFractionHigh far past convergence, once its
-# spread has narrowed so that each step moves the ratio beyond the clip: an open false alarm, not tested here.
-@pytest.mark.parametrize("env", ["tiny_envs:Corridor-v0"])
+@pytest.mark.parametrize("env", ["tiny_envs:Corridor-v0", "tiny_continuous_envs:TargetBandit-v0"])
 def test_a_task_solved_exactly_stays_quiet_far_past_convergence(env, tmp_path):
     found = diagnose(tmp_path / "run", env=env, budget_s=600, stop_on_verdict=False, total_env_steps=24_000,
                      num_envs=4, rollout_length=32)
