@@ -76,6 +76,27 @@ LEARNER_INVARIANTS: tuple[Invariant, ...] = (
         "hand-over into the policy loss changed them.",
         "As value_loss_inputs, for the advantages (against the returns' output) and the actions, behaviour "
         "log-probabilities and parameters (against the rollout as it arrived): exact copies, limit 1e-6."),
+    Invariant(
+        "value_head_affine", "dataflow", "value", 0.05, 2,
+        "The values do not move one for one with the value head's bias",
+        "The value head's output is not affine in its last layer: a squashing or clipping of the values "
+        "(tanh, a clamp, a scale that depends on the values) keeps them from reaching targets outside its "
+        "range, and the value loss's gradient vanishes as they saturate.",
+        "On sampled updates' first minibatch, mean_i dV_i/db over the minibatch for the value head's output "
+        "bias b, by one extra autograd pass on the kept graph. V = w.h + b gives exactly 1 per sample, so the "
+        "statistic |mean - 1| is 0 in float32 and under 0.01 with bfloat16 autocast: limit 0.05."),
+    Invariant(
+        "observation_statistics_recomputed", "dataflow", "preprocessing", 1e-6, 2,
+        "The observation normaliser's statistics are not those of the raw observations",
+        "With observation normalisation on, the running count, mean and variance after a batch are not the "
+        "statistics before it merged with the batch's raw observations: the normaliser is fed other "
+        "observations (already normalised ones, another batch's, part of the batch) or merges them wrongly. "
+        "Actor and learner normalise alike with the wrong numbers, so nothing else disagrees.",
+        "On sampled updates a float64 merge written apart (learner/invariants/preprocessing.py, shifted by the "
+        "previous mean) recomputes the statistics from the copy taken before the batch and the rollout's valid "
+        "observations as they arrived (rows beyond 1e30 or non-finite left out, as declared). Statistic: the "
+        "largest relative gap in count, mean (in standard deviations) and variance; both sides are float64 of "
+        "the same sums, about 1e-12 apart: limit 1e-6."),
     # ----------------------------------------------------------------- optimisation
     Invariant(
         "learning_rate_as_configured", "optimisation", "optimizer", 1e-6, 2,

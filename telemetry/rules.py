@@ -161,6 +161,8 @@ DIRECTION_TOLERANCE = 1e-6
 GRADIENT_TOLERANCE = 0.05
 # A head without gradient is the head's fault only when the gradients are the loss's (not zeroed, say, after backward).
 GRADIENTS_OF_LOSS = S("gradient_mismatch") <= GRADIENT_TOLERANCE
+VALUE_HEAD_TOLERANCE = 0.05
+"""value_head_affine's limit: the value-bias identity behind gradient_mismatch needs an affine value head."""
 # Fingerprints of the same weights agree to float64 rounding, whatever device summed them.
 WEIGHTS_TOLERANCE = 1e-9
 # A learner/actor mismatch says something about observations only when the actor's own record is consistent
@@ -255,7 +257,9 @@ RULES: tuple[Rule, ...] = (
          "Lowering the loss lowers the policy's entropy: the entropy bonus is added with the wrong sign (or "
          "--entropy-coef is negative), so the policy is driven to a deterministic one and stops exploring.",
          after_updates=2),
-    Rule("RLGradientNotThisLoss", S("gradient_mismatch") > GRADIENT_TOLERANCE, 10, "fast", "critical",
+    # The identity holds for an affine value head only: a squashed head is the value's fault (value_head_affine).
+    Rule("RLGradientNotThisLoss", (S("gradient_mismatch") > GRADIENT_TOLERANCE)
+         & (S("inv_value_head_affine") <= VALUE_HEAD_TOLERANCE), 10, "fast", "critical",
          "optimizer",
          "The optimizer steps with gradients that are not this minibatch's in run {{ $labels.run_id }}",
          "The value head's bias gradient differs from the sum of the loss's gradients with respect to the "

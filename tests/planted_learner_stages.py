@@ -87,6 +87,23 @@ def policy_loss_handed_unnormalised_rewards_as_advantages(mp):
     _batch_changed(mp, change)
 
 
+def observation_statistics_of_normalised_observations(mp):
+    from rlvitals.learner.normalize import ObservationNormalizer
+
+    original = ObservationNormalizer.update
+    # The statistics are fed the observations after normalising them: they drift towards mean 0, variance 1 of
+    # their own output instead of the raw stream's.
+    mp.setattr(ObservationNormalizer, "update", lambda self, obs: original(self, self(obs)))
+
+
+def value_head_squashed(mp):
+    from rlvitals.learner.networks import ActorCritic
+
+    original = ActorCritic._value
+    # A tanh on the value output: values live in (-1, 1) while CartPole's targets reach tens.
+    mp.setattr(ActorCritic, "_value", lambda self, x: torch.tanh(original(self, x)))
+
+
 # ---------------------------------------------------------------- the optimizer's step
 
 
@@ -154,6 +171,12 @@ LEARNER_STAGE_BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("ray_value_loss_handed_targets_of_the_previous_sample", "value", "run",
                value_loss_handed_targets_of_the_previous_sample, overrides=RAY, mode="ray",
                invariant="value_loss_inputs", what="Ray mode: the value loss is handed its neighbour's targets"),
+    PlantedBug("observation_statistics_of_normalised_observations", "preprocessing", "run",
+               observation_statistics_of_normalised_observations, env=PENDULUM,
+               overrides={"normalize_observations": True}, invariant="observation_statistics_recomputed",
+               what="the running observation statistics are fed the normalised observations, not the raw ones"),
+    PlantedBug("value_head_squashed", "value", "run", value_head_squashed, invariant="value_head_affine",
+               what="the value output squashed by tanh: it cannot represent targets beyond 1"),
     PlantedBug("adam_with_other_betas", "optimizer", "run", adam_with_other_betas,
                invariant="optimizer_step_as_configured", what="Adam built with betas (0.5, 0.9), not the configured"),
     PlantedBug("adam_step_scaled_inside", "optimizer", "run", adam_step_scaled_inside, env=PENDULUM,

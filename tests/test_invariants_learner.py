@@ -339,7 +339,8 @@ FAULTS = {
     # zero_grad of the optimizer leaves the parameter's .grad to pile up as well (the same component).
     "parameter_left_out": Fault(lambda mp: None, ("optimizer_coverage",), also=("gradient_of_loss",),
                                 prepare=parameter_left_out),
-    "step_undone": Fault(step_undone, ("optimizer_coverage",)),
+    # The reference Adam (optimizer_step_as_configured) sees the step undone too: the same component.
+    "step_undone": Fault(step_undone, ("optimizer_coverage",), also=("optimizer_step_as_configured",)),
     # The first update's gradients start from zero: from the second on, the last step's are still there.
     "gradients_never_zeroed": Fault(BY_BUG["gradients_never_zeroed"].apply, ("gradient_of_loss",),
                                     also=("policy_starved",), from_update=1),
@@ -347,7 +348,7 @@ FAULTS = {
     "minibatches_drawn_with_replacement": Fault(BY_BUG["minibatches_drawn_with_replacement"].apply,
                                                 ("minibatch_coverage",)),
     "optimizer_state_reset_every_step": Fault(BY_BUG["optimizer_state_reset_every_step"].apply,
-                                              ("optimizer_state_kept",)),
+                                              ("optimizer_state_kept",), also=("optimizer_step_as_configured",)),
     "gradients_clipped_per_parameter": Fault(BY_BUG["gradients_clipped_per_parameter"].apply,
                                              ("gradient_clipped_as_configured",)),
     "gradients_clipped_by_value": Fault(BY_BUG["gradients_clipped_by_value_pendulum"].apply,

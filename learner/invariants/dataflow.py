@@ -1,6 +1,15 @@
 """Dataflow into the loss: the targets, advantages and loss gradients the learner trains on equal an independent
 recomputation from the rollout.
 
+value_head_affine (value). On each sampled update's first minibatch, how the
+values move with the value head's output bias: mean_i dV_i/db. The network's
+value head is affine, V = w.h + b, so every dV_i/db is exactly 1 and the
+statistic |mean - 1| is 0 (bfloat16 autocast rounds the sum by under 1%).
+A squashed or clipped value output reads its saturation (tanh at values of
+2: 0.93), which keeps the values from reaching their targets; the value-bias
+gradient identity that `gradient_mismatch` checks then no longer holds
+either, and is not held against the optimizer. Limit 0.05.
+
 returns_recomputed (returns). On sampled updates `reference_returns.vtrace_reference`
 recomputes v_s and A_s in float64 from the rollout's rewards (after the
 learner's declared reward scaling), episode ends and validity, the learner's
@@ -68,6 +77,21 @@ def handoff_error(received: list[torch.Tensor], produced: list[torch.Tensor]) ->
             scale = made64.abs().amax().clamp_min(1e-8)
             gaps.append(((got64 - made64).abs().amax() / scale).nan_to_num(nan=1.0))
     return torch.stack(gaps).amax() if gaps else torch.full((), NAN, dtype=F64, device=produced[0].device)
+
+
+def value_head_coupling(values: torch.Tensor, value_bias) -> torch.Tensor:
+    """inv_value_head_affine: |mean_i dV_i/db - 1| for the value head's output bias b (`value_bias()`, the
+    network's method); needs the values' graph. NaN when the network names no such bias or nothing was learned."""
+    bias = value_bias() if callable(value_bias) else None
+    if bias is None or values.numel() == 0 or not values.requires_grad:
+        return torch.full((), NAN, dtype=F64, device=values.device)
+    # autograd.grad adds into the retained .grad of the outputs it passes (the values'): keep the loss's.
+    kept = values.grad.clone() if values.grad is not None else None
+    (coupling,) = torch.autograd.grad(values.sum(), bias, retain_graph=True, allow_unused=True)
+    values.grad = kept
+    if coupling is None:   # the values do not depend on the bias at all
+        return torch.ones((), dtype=F64, device=values.device)
+    return (coupling.to(F64).sum() / values.numel() - 1).abs()
 
 
 def _grad(output: torch.Tensor) -> torch.Tensor:

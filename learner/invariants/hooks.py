@@ -7,7 +7,7 @@ import torch
 
 from ..reference_returns import vtrace_reference
 from .common import F64, LOSS_GRADIENT_TOLERANCE, NAN, _largest, _relative_error_of
-from .dataflow import handoff_error, loss_gradient_errors, returns_error
+from .dataflow import handoff_error, loss_gradient_errors, returns_error, value_head_coupling
 from .distribution import DISTRIBUTION_TOLERANCE, distribution_error
 from .optimisation import (
     _norm,
@@ -19,6 +19,7 @@ from .optimisation import (
     policy_share,
 )
 from .optimizer_step import AdamReference
+from .preprocessing import snapshot, statistics_error
 from .sampling import sampling_statistics
 from .telemetry import arrival_disagreement, flat_target_spread, update_disagreement
 
@@ -28,7 +29,7 @@ KEYS = ("inv_sampling_logp", "inv_sampling_frequency", "inv_behaviour_record", "
         "inv_optimizer_coverage", "inv_gradient_of_loss", "inv_policy_starved", "inv_telemetry_recomputed",
         "inv_minibatch_coverage", "inv_optimizer_state_kept", "inv_gradient_clipped_as_configured",
         "inv_distribution_as_defined", "inv_value_loss_inputs", "inv_policy_loss_inputs",
-        "inv_optimizer_step_as_configured")
+        "inv_optimizer_step_as_configured", "inv_value_head_affine", "inv_observation_statistics_recomputed")
 
 
 def is_sampled(update: int) -> bool:
@@ -60,6 +61,8 @@ class LearnerInvariants:
         """Per parameter: the reference step of the first minibatch moves it beyond float32 rounding."""
         self.distribution_off = torch.zeros((), dtype=torch.bool)
         self.handed: dict[str, torch.Tensor] = {}
+        self.observation_statistics: tuple | None = None
+        """The observation normaliser's statistics before this batch, and the batch's raw observations."""
         """What the losses must be handed (the returns' output and the rollout's records, flat): sampled updates."""
         """This update's distribution formulas are off their reference: what reads through them is not judged."""
         self.count = 0
@@ -105,6 +108,8 @@ class LearnerInvariants:
             returns_error(flat(ref_targets), flat(ref_advantages), flat(batch.targets), flat(batch.advantages)),
             handoff_error([flat(log_rhos)], [flat(produced_log_rhos)]))
         # What the losses must be handed: the returns' output and the rollout's records, flattened here apart.
+        normalizer = learner.normalization.observations
+        self.observation_statistics = (snapshot(normalizer), flat(r["obs"][:T])) if normalizer is not None else None
         self.handed = {"targets": flat(batch.targets), "advantages": flat(batch.advantages),
                        "actions": flat(actions), "behaviour_params": flat(r["behaviour_params"])}
         min_std = flat_target_spread(learner.reward_scale, valid, r["terminated"] | r["truncated"], s.gamma)
@@ -128,6 +133,8 @@ class LearnerInvariants:
         if not self.sampled:
             return
         learner = self.learner
+        # Before policy_share frees the graph: how each value moves with the value head's bias.
+        self.out["inv_value_head_affine"] = value_head_coupling(values, getattr(learner.net, "value_bias", None))
         # What each loss was handed on this minibatch against what the stage before it produced (exact copies).
         h = self.handed
         self.out["inv_value_loss_inputs"] = handoff_error([b.mb_targets[mb]], [h["targets"][mb]])
@@ -174,6 +181,11 @@ class LearnerInvariants:
             uses = torch.zeros(self.count, dtype=torch.int32, device=mbs.device).index_add_(
                 0, mbs, torch.ones_like(mbs, dtype=torch.int32))
             self.out["inv_minibatch_coverage"] = (uses != learner.s.update_epochs).to(F64).mean()
+        if self.sampled and self.observation_statistics is not None:
+            before, raw = self.observation_statistics
+            self.out["inv_observation_statistics_recomputed"] = statistics_error(
+                learner.normalization.observations, before, raw)
+        self.observation_statistics = None
         self.out["inv_optimizer_coverage"] = optimizer_coverage(params, learner.optimizer, self.moves,
                                                                 u.before, after)
         if self.sampled and self.arrival_telemetry is not None:
