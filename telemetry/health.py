@@ -101,7 +101,9 @@ class HealthMonitor:
 
     def __init__(self, rules: Iterable[Rule] = RULES, run_id: str = "", on_verdict=None,
                  on_held: Callable[[dict[str, int]], None] | None = None):
-        self.rules = [r for r in rules if not r.live_only]
+        # Judged upstream first, so verdicts of one row fire (and print) in the stages' order.
+        self.rules = sorted((r for r in rules if not r.live_only), key=lambda r: r.rank)
+        self.rank = {r.name: r.rank for r in self.rules}
         self._exprs = [(r, r.expr) for r in self.rules]   # built once: `expr` wraps the warm-up gate anew
         self.run_id = run_id
         self.on_verdict, self.on_held = on_verdict, on_held
@@ -140,8 +142,9 @@ class HealthMonitor:
         write_verdicts(Path(run_dir) / VERDICTS_FILE, self.finish())
 
     def verdicts(self) -> list[Verdict]:
+        # Of verdicts at the same update, the first stage's first (telemetry.invariants.STAGES): the naming rule.
         return sorted(self.fired.values(), key=lambda v: (v.first_update is None, v.first_update or 0,
-                                                          v.first_seconds or 0.0, v.rule))
+                                                          v.first_seconds or 0.0, self.rank.get(v.rule, 0), v.rule))
 
     def _evaluate(self, u: float, t: float | None) -> None:
         lookup = self.series.lookup

@@ -11,7 +11,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from .invariants import FAMILIES, INVARIANTS
+from .invariants import FAMILIES, INVARIANTS, STAGES
 
 DEFAULT_OUTPUT = Path(str(resources.files("rlvitals.docs").joinpath("invariants.md")))
 
@@ -39,9 +39,11 @@ fault in every actor is said as one ("every one of the 8 actors").
 
 **The component follows from the invariant.** Each invariant is about one part of the system, so the part
 it names is the one that owns the property: no table of known bugs stands between the evidence and the
-verdict. When several break together (a reward stored a step late also makes the returns disagree with
-the env's), the doctor names the one furthest upstream in the data's path: boundary, sampling, dataflow,
-optimisation, telemetry, pipeline.
+verdict. When several break at once (a reward stored a step late also makes the returns disagree with
+the env's), the run's verdicts and the doctor alike name the one of the first stage in the data's path
+(the stages below): each stage is held to a reference computed from that stage's own inputs, so the first
+stage whose output differs from its reference is the part that is wrong, not the checks downstream that
+noticed.
 
 Where they show: the `rlvitals_invariant_statistic` and `rlvitals_invariant_broken` series (label
 `invariant`), the `RLInvariant...` alerts (docs/health.md), the run's verdicts.json, the report, and
@@ -56,7 +58,11 @@ chance for a correct run is below 1e-20 per update.
 
 
 def render() -> str:
-    lines = [INTRO]
+    lines = [INTRO, "## The stages, upstream first", "", "| stage | its output, held to | invariants |",
+             "|---|---|---|"]
+    for stage, what, names in STAGES:
+        lines.append(f"| {stage} | {what} | {', '.join(f'[`{n}`](#{n})' for n in names)} |")
+    lines += ["", "## Every invariant", ""]
     lines += ["| invariant | family | component | limit | hold (updates) | severity |", "|---|---|---|---|---|---|"]
     for inv in INVARIANTS:
         lines.append(f"| [`{inv.name}`](#{inv.name}) | {inv.family} | {inv.component} | {inv.limit:g} | "

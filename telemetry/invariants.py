@@ -44,6 +44,44 @@ INVARIANTS: tuple[Invariant, ...] = ACTOR_INVARIANTS + LEARNER_INVARIANTS + PIPE
 
 BY_NAME: dict[str, Invariant] = {i.name: i for i in INVARIANTS}
 
+STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("env", "the env's own output under its declared contract", ("observation_space", "env_time_limit")),
+    ("distribution", "the action distribution's formulas, which actor and learner share",
+     ("distribution_as_defined",)),
+    ("weights", "the weights the actors act with, against the learner's as published and requested",
+     ("weights_as_stamped", "weights_current_at_request", "weights_frozen")),
+    ("record", "what the actor stores, against what the env received and returned",
+     ("boundary_observations", "boundary_actions", "boundary_rewards", "boundary_episode_ends", "boundary_resets",
+      "boundary_step_count", "acted_on_stored_observation")),
+    ("draws", "the actor's actions, against draws from the distributions it recorded",
+     ("behaviour_record", "sampling_logp", "sampling_frequency", "streams_independent")),
+    ("preprocessing", "the declared transforms and running statistics, from the raw stream",
+     ("observations_transformed", "observation_statistics_recomputed", "learner_sees_actor_data")),
+    ("returns", "targets and advantages, from the returns' own inputs", ("returns_recomputed",)),
+    ("loss inputs", "what each loss is handed, against what the stage before produced",
+     ("value_loss_inputs", "policy_loss_inputs")),
+    ("value head", "the values, as an affine head gives them", ("value_head_affine",)),
+    ("loss", "each loss term's gradient, against its closed form",
+     ("loss_gradient_policy", "loss_gradient_value", "loss_gradient_entropy")),
+    ("gradient", "the gradient stepped with: this minibatch's, over every sample",
+     ("gradient_of_loss", "minibatch_coverage")),
+    ("clip", "the clipped gradient, against the global-norm clip", ("gradient_clipped_as_configured",)),
+    ("optimizer step", "the step taken, against Adam with the configured settings on the pre-step state",
+     ("learning_rate_as_configured", "optimizer_step_as_configured", "optimizer_state_kept", "optimizer_coverage",
+      "policy_starved")),
+    ("pipeline", "every sample, step and byte of every process accounted for",
+     ("actor_accounting", "env_steps_accounted", "samples_dropped", "rollouts_retained", "memory_per_sample",
+      "learner_waits_while_ready", "run_without_updates")),
+    ("telemetry", "the exported diagnostics, against their recomputation",
+     ("telemetry_recomputed", "episode_statistics")),
+)
+"""The stages of a learn step in the data's path, upstream first, and the invariants that hold each stage's output
+to its reference given its own inputs. The naming rule, for the run's verdicts and the doctor alike: of the
+invariants broken at once, the one of the first stage names the component (a wrong upstream output makes every
+downstream check disagree too; a wrong downstream stage leaves the upstream ones intact)."""
+
+STAGE_RANK: dict[str, int] = {name: rank for rank, (_, _, names) in enumerate(STAGES) for name in names}
+
 
 def check_invariants() -> None:
     for inv in INVARIANTS:
@@ -51,6 +89,9 @@ def check_invariants() -> None:
             raise ValueError(f"invariant {inv.name}: bad component, severity or family")
         if inv.hold_updates < 1:
             raise ValueError(f"invariant {inv.name}: hold_updates must be at least 1")
+    staged = [name for _, _, names in STAGES for name in names]
+    if sorted(staged) != sorted(BY_NAME):
+        raise ValueError(f"every invariant is in exactly one stage: {sorted(set(staged) ^ set(BY_NAME))}")
 
 
 

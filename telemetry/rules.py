@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from .conditions import Abs, Bin, Delta, Expr, Increase, Mean, Series
 from .fleet_rules import FLEET
-from .invariants import INVARIANTS, Invariant
+from .invariants import INVARIANTS, STAGE_RANK, STAGES, Invariant
 from .verdicts import COMPONENTS, SEVERITIES
 
 HORIZONS = ("fast", "slow")
@@ -67,6 +67,10 @@ class Live(Expr):
         return self.query
 
 
+HEURISTIC_RANK = len(STAGES)
+"""A rule that is no invariant ranks after every stage: exact evidence first."""
+
+
 @dataclass(frozen=True, eq=False)
 class Rule:
     name: str
@@ -97,6 +101,9 @@ class Rule:
     value_limit: float | None = None
     names_key: str = ""
     """Row key of a text naming the processes the evidence comes from (Ray actors); the verdict quotes it."""
+    rank: int = HEURISTIC_RANK
+    """Order among verdicts of the same update: an invariant's stage (telemetry.invariants.STAGES, upstream
+    first), and every other rule after the invariants."""
     live_twin: str = ""
     """A live fleet rule that raises this condition's alert in Prometheus, naming instance and node; this rule is
     the run's own verdict of it (verdicts.json, the offline evaluator) and raises no second alert."""
@@ -435,7 +442,7 @@ def invariant_rule(inv: Invariant) -> Rule:
     """
     return Rule(inv.rule_name, S(inv.broken_key) > 0, 0, "fast", inv.severity, inv.component,
                 inv.summary + " in run {{ $labels.run_id }}", inv.check, update_key=inv.broken_key,
-                value_key=inv.statistic, value_limit=inv.limit, names_key=inv.names_key,
+                value_key=inv.statistic, value_limit=inv.limit, names_key=inv.names_key, rank=STAGE_RANK[inv.name],
                 alert_query=f'max by (run_id) ({INVARIANT_BROKEN_METRIC}{{invariant="{inv.name}"}}) > 0')
 
 

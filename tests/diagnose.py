@@ -20,6 +20,7 @@ from throttle import slow_down
 from rlvitals.config import TrainConfig
 from rlvitals.session import train_in
 from rlvitals.telemetry.health import read_rows
+from rlvitals.telemetry.rules import BY_RULE, HEURISTIC_RANK
 from rlvitals.telemetry.verdicts import Verdict, read_verdicts
 
 LOUD = ("critical", "warning")
@@ -40,9 +41,11 @@ class Diagnosis:
         loud = [v for v in self.verdicts if v.severity in LOUD]
         if not loud:
             return None
-        # Evidence first: the update it held at, then the clock (which differs from machine to machine).
+        # Evidence first: the update it held at, then the clock (which differs from machine to machine), then
+        # the stage (the naming rule: telemetry.invariants.STAGES, upstream first; other rules after them).
         return min(loud, key=lambda v: (v.first_update if v.first_update is not None else float("inf"),
-                                        v.first_seconds or 0.0, LOUD.index(v.severity)))
+                                        v.first_seconds or 0.0, LOUD.index(v.severity),
+                                        BY_RULE[v.rule].rank if v.rule in BY_RULE else HEURISTIC_RANK))
 
 
 def diagnose(run_dir: Path, env: str = "CartPole-v1", bug: PlantedBug | None = None, budget_s: float = 60.0,

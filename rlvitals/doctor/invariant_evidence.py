@@ -10,7 +10,8 @@ probes' pass/fail pattern (patterns.py) only when every invariant held.
 When several invariants broke, the one upstream in the data's path wins: data
 the actor stores wrongly makes every downstream check disagree too (a shifted
 reward changes the returns the learner computes from it, and so on), while a
-wrong loss leaves the rollout intact. The order of `FAMILY_ORDER` is that path.
+wrong loss leaves the rollout intact. The order is the stages' of a learn step
+(telemetry.invariants.STAGES), the same naming rule as the run's verdicts.
 """
 
 from __future__ import annotations
@@ -18,11 +19,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rlvitals.telemetry.invariants import BY_NAME, INVARIANTS, Invariant
+from rlvitals.telemetry.invariants import BY_NAME, INVARIANTS, STAGE_RANK, Invariant
 from rlvitals.telemetry.verdicts import Verdict
-
-FAMILY_ORDER = ("boundary", "sampling", "dataflow", "optimisation", "telemetry", "pipeline")
-"""Upstream first: env output, the actor's draws, the loss's inputs, the step, the diagnostics, the plumbing."""
 
 RULE_TO_INVARIANT = {inv.rule_name: inv.name for inv in INVARIANTS}
 
@@ -44,7 +42,7 @@ def broken_in(run_dir: Path) -> dict[str, int | None]:
 
 
 def _rank(inv: Invariant) -> tuple[int, int]:
-    return FAMILY_ORDER.index(inv.family), INVARIANTS.index(inv)
+    return STAGE_RANK[inv.name], INVARIANTS.index(inv)
 
 
 def most_upstream(broken: dict[str, list[str]]) -> Invariant | None:
