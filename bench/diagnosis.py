@@ -19,7 +19,8 @@ runs in its own process, so a bug's leftovers (monkeypatches, memory kept, Ray) 
 
 Healthy set: CartPole-v1, Acrobot-v1, Pendulum-v1 and rlvitals/Probe3-v0 with the settings of
 tests/test_diagnosis.HEALTHY, CartPole-v1 in Ray's asynchronous loop (RAY_HEALTHY) and, where Box2D is
-installed, LunarLander-v3 (BOX2D_HEALTHY), each run into
+installed, LunarLander-v3 (BOX2D_HEALTHY), and where MuJoCo is, HalfCheetah-v5, Hopper-v5 and Walker2d-v5 at 1M steps
+with CleanRL's published settings (MUJOCO_HEALTHY), each run into
 its plateau (STEPS below), seeds 0..N-1, never stopped early. Every warning-or-worse verdict is a false
 alarm; loud rules whose condition held at some evaluation without firing (an alert that went pending)
 are listed too. `--promtool` also replays each
@@ -66,6 +67,15 @@ BOX2D_HEALTHY = [("LunarLander-v3", 1_500_000, {"num_envs": 16, "rollout_length"
 long episodes, unlike the suite's envs; skipped where Box2D is not installed. The settings are the usual
 tuned PPO ones for LunarLander (long rollouts, gamma 0.999, lambda 0.98, many minibatch steps), which
 reach a mean return near +200 by about 1M steps; 1.5M runs past that plateau."""
+CLEANRL_MUJOCO = {"num_envs": 1, "rollout_length": 2048, "learning_rate": 3e-4, "anneal_lr": True,
+                  "update_epochs": 10, "num_minibatches": 32, "gamma": 0.99, "gae_lambda": 0.95, "clip_coef": 0.2,
+                  "entropy_coef": 0.0, "value_coef": 0.5, "max_grad_norm": 0.5, "normalize_observations": True,
+                  "normalize_rewards": True}
+"""CleanRL ppo_continuous_action.py's published settings (its MuJoCo benchmark, 1M steps)."""
+MUJOCO_HEALTHY = [(env, 1_000_000, CLEANRL_MUJOCO) for env in ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5")]
+"""Healthy runs that need MuJoCo (`pip install -e .[mujoco]`): Gaussian policies whose entropy has no maximum
+(a HalfCheetah run widened its policy past the uniform-box reference and raised RLPolicyEntropyStuckAtMax),
+rewards in the thousands, normalised observations and rewards; skipped where MuJoCo is not installed."""
 HEALTHY_BUDGET_S = 1800.0
 """Wall-clock cap of one healthy run (it is meant to end on its env steps)."""
 TARGETS = {"pinned_fraction": 0.9, "live_pinned_fraction": 0.75, "median_seconds": 60.0, "false_alarms": 0,
@@ -258,6 +268,16 @@ def _box2d_healthy() -> list:
     return BOX2D_HEALTHY
 
 
+def _mujoco_healthy() -> list:
+    try:
+        import mujoco  # noqa: F401
+    except ImportError:
+        print("MuJoCo is not installed: HalfCheetah, Hopper and Walker2d are left out of the healthy set",
+              file=sys.stderr)
+        return []
+    return MUJOCO_HEALTHY
+
+
 def healthy_jobs(seeds: int, promtool: bool, half_speed: bool = False, full_speed: bool = True) -> list[dict]:
     """Each healthy env at `seeds` seeds; with `half_speed`, seed 0 once more with everything twice as slow
     (with `full_speed` False, only that one)."""
@@ -265,7 +285,7 @@ def healthy_jobs(seeds: int, promtool: bool, half_speed: bool = False, full_spee
 
     jobs = []
     # a pytest.param (a case the suite marks extended) holds its tuple in .values
-    for env, steps, overrides in [getattr(h, "values", h) for h in HEALTHY] + RAY_HEALTHY + _box2d_healthy():
+    for env, steps, overrides in [getattr(h, "values", h) for h in HEALTHY] + RAY_HEALTHY + _box2d_healthy() + _mujoco_healthy():
         for seed in range(seeds):
             jobs.append({"kind": "healthy", "env": env, "seed": seed, "steps": STEPS.get(env, steps),
                          "overrides": overrides, "promtool": promtool})
