@@ -285,7 +285,8 @@ def healthy_jobs(seeds: int, promtool: bool, half_speed: bool = False, full_spee
 
     jobs = []
     # a pytest.param (a case the suite marks extended) holds its tuple in .values
-    for env, steps, overrides in [getattr(h, "values", h) for h in HEALTHY] + RAY_HEALTHY + _box2d_healthy() + _mujoco_healthy():
+    every = [getattr(h, "values", h) for h in HEALTHY] + RAY_HEALTHY + _box2d_healthy() + _mujoco_healthy()
+    for env, steps, overrides in every:
         for seed in range(seeds):
             jobs.append({"kind": "healthy", "env": env, "seed": seed, "steps": STEPS.get(env, steps),
                          "overrides": overrides, "promtool": promtool})

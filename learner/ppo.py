@@ -163,6 +163,7 @@ class PPOLearner:
         laps = PhaseLaps(self.device if self.sync_phases else None)
         tensors, index = self._transfer(rollout)
         laps.lap("transfer")
+        self.invariants.before_scaling(tensors)
         self.normalization.scale_rewards(tensors)
         batch = self._arrive(tensors, index, staleness)
         laps.lap("targets")

@@ -97,6 +97,17 @@ LEARNER_INVARIANTS: tuple[Invariant, ...] = (
         "observations as they arrived (rows beyond 1e30 or non-finite left out, as declared). Statistic: the "
         "largest relative gap in count, mean (in standard deviations) and variance; both sides are float64 of "
         "the same sums, about 1e-12 apart: limit 1e-6."),
+    Invariant(
+        "reward_scaling_recomputed", "dataflow", "preprocessing", 1e-4, 2,
+        "The scaled rewards are not the raw ones over the running spread of the returns",
+        "With reward normalisation on, the rewards the returns are computed from are not the raw rewards "
+        "divided by the running standard deviation of the discounted returns (this batch's merged in) and "
+        "clipped as configured: the divisor comes from other statistics, is stale, or the scaling is applied "
+        "twice or with another clip.",
+        "On sampled updates a float64 merge written apart recomputes the variance from the scaler's copy "
+        "before the batch and the batch's discounted returns at valid steps (non-finite ones left out), then "
+        "the scaled rewards from the raw ones. Statistic: max|scaled - reference| / max|reference| over valid "
+        "steps; float32 rounding of one division is about 1e-7: limit 1e-4."),
     # ----------------------------------------------------------------- optimisation
     Invariant(
         "learning_rate_as_configured", "optimisation", "optimizer", 1e-6, 2,

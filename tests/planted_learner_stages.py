@@ -96,6 +96,18 @@ def observation_statistics_of_normalised_observations(mp):
     mp.setattr(ObservationNormalizer, "update", lambda self, obs: original(self, self(obs)))
 
 
+def reward_divisor_from_the_rewards_own_spread(mp):
+    from rlvitals.learner.normalize import ReturnScaler
+
+    original = ReturnScaler.scale
+
+    def scale(self, rewards, returns, valid):
+        # The running statistics are fed the rewards where the discounted returns belong.
+        return original(self, rewards, rewards, valid)
+
+    mp.setattr(ReturnScaler, "scale", scale)
+
+
 def value_head_squashed(mp):
     from rlvitals.learner.networks import ActorCritic
 
@@ -175,6 +187,10 @@ LEARNER_STAGE_BUGS: tuple[PlantedBug, ...] = (
                observation_statistics_of_normalised_observations, env=PENDULUM,
                overrides={"normalize_observations": True}, invariant="observation_statistics_recomputed",
                what="the running observation statistics are fed the normalised observations, not the raw ones"),
+    PlantedBug("reward_divisor_from_the_rewards_own_spread", "preprocessing", "run",
+               reward_divisor_from_the_rewards_own_spread, env=PENDULUM, overrides={"normalize_rewards": True},
+               invariant="reward_scaling_recomputed",
+               what="reward normalisation divides by the running spread of the rewards, not of the returns"),
     PlantedBug("value_head_squashed", "value", "run", value_head_squashed, invariant="value_head_affine",
                what="the value output squashed by tanh: it cannot represent targets beyond 1"),
     PlantedBug("adam_with_other_betas", "optimizer", "run", adam_with_other_betas,

@@ -19,7 +19,7 @@ from .optimisation import (
     policy_share,
 )
 from .optimizer_step import AdamReference
-from .preprocessing import snapshot, statistics_error
+from .preprocessing import scaling_error, snapshot, statistics_error
 from .sampling import sampling_statistics
 from .telemetry import arrival_disagreement, flat_target_spread, update_disagreement
 
@@ -29,7 +29,8 @@ KEYS = ("inv_sampling_logp", "inv_sampling_frequency", "inv_behaviour_record", "
         "inv_optimizer_coverage", "inv_gradient_of_loss", "inv_policy_starved", "inv_telemetry_recomputed",
         "inv_minibatch_coverage", "inv_optimizer_state_kept", "inv_gradient_clipped_as_configured",
         "inv_distribution_as_defined", "inv_value_loss_inputs", "inv_policy_loss_inputs",
-        "inv_optimizer_step_as_configured", "inv_value_head_affine", "inv_observation_statistics_recomputed")
+        "inv_optimizer_step_as_configured", "inv_value_head_affine", "inv_observation_statistics_recomputed",
+        "inv_reward_scaling_recomputed")
 
 
 def is_sampled(update: int) -> bool:
@@ -61,12 +62,24 @@ class LearnerInvariants:
         """Per parameter: the reference step of the first minibatch moves it beyond float32 rounding."""
         self.distribution_off = torch.zeros((), dtype=torch.bool)
         self.handed: dict[str, torch.Tensor] = {}
+        self.reward_scaling: tuple | None = None
+        """Before the learner scales a batch's rewards (sampled updates): the scaler's statistics, the raw
+        rewards and the batch's discounted returns."""
         self.observation_statistics: tuple | None = None
         """The observation normaliser's statistics before this batch, and the batch's raw observations."""
         """What the losses must be handed (the returns' output and the rollout's records, flat): sampled updates."""
         """This update's distribution formulas are off their reference: what reads through them is not judged."""
         self.count = 0
         """The batch's valid samples (minibatch_coverage counts each one's steps from `steps`)."""
+
+    def before_scaling(self, tensors: dict) -> None:
+        """The batch on the device, before its rewards are scaled (with reward normalisation on)."""
+        scaler = self.learner.normalization.returns
+        self.reward_scaling = None
+        if scaler is None or not is_sampled(self.learner.updates) or "discounted_returns" not in tensors:
+            return
+        self.reward_scaling = ((scaler.count.clone(), scaler.mean.clone(), scaler.var.clone()),
+                               tensors["rewards"], tensors["discounted_returns"])
 
     def arrival(self, batch, r: dict, params_all: torch.Tensor, values_all: torch.Tensor,
                 index: torch.Tensor, log_rhos: torch.Tensor) -> None:
@@ -108,6 +121,11 @@ class LearnerInvariants:
             returns_error(flat(ref_targets), flat(ref_advantages), flat(batch.targets), flat(batch.advantages)),
             handoff_error([flat(log_rhos)], [flat(produced_log_rhos)]))
         # What the losses must be handed: the returns' output and the rollout's records, flattened here apart.
+        if self.reward_scaling is not None:
+            before, raw, returns = self.reward_scaling
+            self.out["inv_reward_scaling_recomputed"] = scaling_error(
+                before, raw, returns, valid, r["rewards"], learner.normalization.returns.clip)
+            self.reward_scaling = None
         normalizer = learner.normalization.observations
         self.observation_statistics = (snapshot(normalizer), flat(r["obs"][:T])) if normalizer is not None else None
         self.handed = {"targets": flat(batch.targets), "advantages": flat(batch.advantages),

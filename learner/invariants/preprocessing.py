@@ -1,4 +1,5 @@
-"""The declared preprocessing re-derived from the raw stream: the running observation statistics.
+"""The declared preprocessing re-derived from the raw stream: the running observation statistics and the
+reward scaling.
 
 observation_statistics_recomputed (preprocessing). With observation
 normalisation on, the normaliser's running count, mean and variance after a
@@ -16,6 +17,17 @@ limit 1e-6. Statistics fed other observations (normalised ones, another
 batch's, a part of the batch, a stale copy) or merged with another formula
 break it, while actor and learner normalise alike and every other check holds.
 Measured on sampled updates where the batch was learned from.
+
+reward_scaling_recomputed (preprocessing). With reward normalisation on, the
+rewards the returns are computed from must be the raw rewards divided by
+sqrt(var' + 1e-8) and clipped to +-clip, where var' is the running variance of
+the discounted returns before the batch merged (as above, float64, written
+apart) with the batch's discounted returns at its valid steps (non-finite ones
+left out). Statistic: max |scaled - reference| / max(max |reference|, 1e-8)
+over the valid steps; float32 rounding of one division, about 1e-7: limit 1e-4.
+A divisor from other statistics (the rewards' own spread, a stale or never
+updated variance, the returns before the merge), another clip or a scaling
+applied twice breaks it.
 """
 
 from __future__ import annotations
@@ -59,3 +71,28 @@ def statistics_error(normalizer, before, raw_obs: torch.Tensor) -> torch.Tensor:
                         ((got_mean - mean).abs() / spread).amax(),
                         ((got_var - var).abs() / (var + 1e-8)).amax()])
     return gaps.nan_to_num(nan=1.0).amax()
+
+
+def _merged_variance(n, m, v, x: torch.Tensor) -> torch.Tensor:
+    """The population variance of (n, m, v) merged with the samples x [k] (float64, shifted by m)."""
+    d = x.to(F64) - m
+    k = torch.tensor(float(x.numel()), dtype=F64, device=x.device)
+    n1 = n + k
+    s1, s2 = d.sum(), d.pow(2).sum()
+    return torch.where(n1 > 0, (n * v + s2 - s1.pow(2) / n1.clamp_min(1)) / n1.clamp_min(1), v)
+
+
+def scaling_error(before, raw_rewards: torch.Tensor, returns: torch.Tensor, valid: torch.Tensor,
+                  scaled: torch.Tensor, clip: float) -> torch.Tensor:
+    """inv_reward_scaling_recomputed: the scaled rewards against the raw ones over the divisor recomputed from the
+    scaler's statistics `before` (count, mean, var) and the batch's discounted returns; NaN without valid steps."""
+    n, m, v = (t.to(F64) for t in before)
+    returns = returns.reshape(-1).to(F64)
+    counted = valid.reshape(-1) & torch.isfinite(returns)
+    variance = _merged_variance(n, m, v, returns[counted])
+    reference = (raw_rewards.to(F64) / (variance + 1e-8).sqrt()).clamp(-clip, clip)
+    mask = valid & torch.isfinite(reference)
+    gap = torch.where(mask, (scaled.to(F64) - reference).abs(), 0.0).amax()
+    scale = torch.where(mask, reference.abs(), 0.0).amax().clamp_min(1e-8)
+    # No valid step: not measured (read on the device, no host sync).
+    return torch.where(mask.any(), (gap / scale).nan_to_num(nan=1.0), NAN)
