@@ -52,7 +52,7 @@ STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("weights_as_stamped", "weights_current_at_request", "weights_frozen")),
     ("record", "what the actor stores, against what the env received and returned",
      ("boundary_observations", "boundary_actions", "boundary_rewards", "boundary_episode_ends", "boundary_resets",
-      "boundary_step_count", "acted_on_stored_observation")),
+      "boundary_step_count", "acted_on_stored_observation", "running_returns_recomputed")),
     ("draws", "the actor's actions, against draws from the distributions it recorded",
      ("behaviour_record", "sampling_logp", "sampling_frequency", "streams_independent")),
     ("preprocessing", "the declared transforms and running statistics, from the raw stream",

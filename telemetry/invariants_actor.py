@@ -167,4 +167,14 @@ ACTOR_INVARIANTS: tuple[Invariant, ...] = (
         "step's observation explains the disagreement, acted_on_stored_observation counts it instead.",
         "Same weights, same observation, same function: equal up to float32 rounding of two batched forward "
         "passes (1e-5 nats); 1e-3 has no false alarm. Judged only at staleness 0."),
+    Invariant(
+        "running_returns_recomputed", "boundary", "actor", 1e-5, 2,
+        "The discounted returns the actor carries do not follow from its rewards and episode ends",
+        "With reward normalisation on, the running discounted return each env's actor keeps (whose spread "
+        "scales the rewards) is not gamma times the previous one plus the stored reward, reset at every "
+        "episode end: a return not reset, another discount, or returns of other rewards than those stored.",
+        "On sampled updates the learner recomputes R_t = gamma R_{t-1} + r_t (0 carried after an episode end, "
+        "R unchanged on a reset transition) from the stored values for every step after a rollout's first, "
+        "whose carry is the previous rollout's. The actor keeps R in float64 and stores float32, so the "
+        "recursion differs by about 1e-7 of the returns' scale: limit 1e-5."),
 )

@@ -44,6 +44,7 @@ OCCASIONAL_KEYS = {
                           "time-limit decision (actors/time_limit.py)",
     "inv_observation_statistics_recomputed": "with normalize_observations on",
     "inv_reward_scaling_recomputed": "with normalize_rewards on",
+    "inv_running_returns_recomputed": "with normalize_rewards on",
 }
 OCCASIONAL_KEYS.update({inv.names_key: "Ray mode only, once some process broke the invariant"
                         for inv in INVARIANTS if inv.names_key})

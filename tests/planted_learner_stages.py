@@ -108,6 +108,29 @@ def reward_divisor_from_the_rewards_own_spread(mp):
     mp.setattr(ReturnScaler, "scale", scale)
 
 
+def running_return_never_reset(mp):
+    from rlvitals.actors.runner import EnvRunner
+
+    original = EnvRunner.collect
+
+    def collect(self, policy, num_steps):
+        # The running discounted return is carried across episode ends: the slot that resets it is lost.
+        kept = self.discounted_return.copy()
+        rollout = original(self, policy, num_steps)
+        if rollout.discounted_returns is not None:
+            T = rollout.rewards.shape[0]
+            carry, out = kept, rollout.discounted_returns.clone()
+            for t in range(T):
+                live = rollout.valid[t].numpy()
+                carry = carry * self.return_discount + rollout.rewards[t].numpy() * live
+                out[t] = torch.from_numpy(carry.astype("float32"))
+            rollout.discounted_returns = out
+            self.discounted_return = carry
+        return rollout
+
+    mp.setattr(EnvRunner, "collect", collect)
+
+
 def value_head_squashed(mp):
     from rlvitals.learner.networks import ActorCritic
 
@@ -191,6 +214,9 @@ LEARNER_STAGE_BUGS: tuple[PlantedBug, ...] = (
                reward_divisor_from_the_rewards_own_spread, env=PENDULUM, overrides={"normalize_rewards": True},
                invariant="reward_scaling_recomputed",
                what="reward normalisation divides by the running spread of the rewards, not of the returns"),
+    PlantedBug("running_return_never_reset", "actor", "run", running_return_never_reset, env=PENDULUM,
+               overrides={"normalize_rewards": True}, invariant="running_returns_recomputed",
+               what="the actor's running discounted return (for reward scaling) is never reset at episode ends"),
     PlantedBug("value_head_squashed", "value", "run", value_head_squashed, invariant="value_head_affine",
                what="the value output squashed by tanh: it cannot represent targets beyond 1"),
     PlantedBug("adam_with_other_betas", "optimizer", "run", adam_with_other_betas,

@@ -137,6 +137,7 @@ def test_a_gaussian_policy_is_never_judged_against_an_entropy_maximum():
 STAGE_BUGS = ["categorical_log_prob_at_half_temperature", "gaussian_log_prob_without_the_normaliser",
               "value_loss_handed_targets_of_the_previous_sample", "policy_loss_handed_rewards_as_advantages",
               "reward_divisor_from_the_rewards_own_spread", "observation_statistics_of_normalised_observations",
+              "running_return_never_reset",
               "value_head_squashed", "adam_with_other_betas", "adam_step_scaled_inside", "adam_second_moment_frozen",
               "ray_gaussian_log_prob_without_the_normaliser"]
 

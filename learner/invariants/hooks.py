@@ -19,7 +19,7 @@ from .optimisation import (
     policy_share,
 )
 from .optimizer_step import AdamReference
-from .preprocessing import scaling_error, snapshot, statistics_error
+from .preprocessing import running_return_error, scaling_error, snapshot, statistics_error
 from .sampling import sampling_statistics
 from .telemetry import arrival_disagreement, flat_target_spread, update_disagreement
 
@@ -30,7 +30,7 @@ KEYS = ("inv_sampling_logp", "inv_sampling_frequency", "inv_behaviour_record", "
         "inv_minibatch_coverage", "inv_optimizer_state_kept", "inv_gradient_clipped_as_configured",
         "inv_distribution_as_defined", "inv_value_loss_inputs", "inv_policy_loss_inputs",
         "inv_optimizer_step_as_configured", "inv_value_head_affine", "inv_observation_statistics_recomputed",
-        "inv_reward_scaling_recomputed")
+        "inv_reward_scaling_recomputed", "inv_running_returns_recomputed")
 
 
 def is_sampled(update: int) -> bool:
@@ -63,6 +63,7 @@ class LearnerInvariants:
         self.distribution_off = torch.zeros((), dtype=torch.bool)
         self.handed: dict[str, torch.Tensor] = {}
         self.reward_scaling: tuple | None = None
+        self.running_returns: torch.Tensor | None = None
         """Before the learner scales a batch's rewards (sampled updates): the scaler's statistics, the raw
         rewards and the batch's discounted returns."""
         self.observation_statistics: tuple | None = None
@@ -75,11 +76,14 @@ class LearnerInvariants:
     def before_scaling(self, tensors: dict) -> None:
         """The batch on the device, before its rewards are scaled (with reward normalisation on)."""
         scaler = self.learner.normalization.returns
-        self.reward_scaling = None
+        self.reward_scaling = self.running_returns = None
         if scaler is None or not is_sampled(self.learner.updates) or "discounted_returns" not in tensors:
             return
         self.reward_scaling = ((scaler.count.clone(), scaler.mean.clone(), scaler.var.clone()),
                                tensors["rewards"], tensors["discounted_returns"])
+        self.running_returns = running_return_error(tensors["discounted_returns"], tensors["rewards"],
+                                                    tensors["terminated"], tensors["truncated"], tensors["valid"],
+                                                    self.learner.s.gamma)
 
     def arrival(self, batch, r: dict, params_all: torch.Tensor, values_all: torch.Tensor,
                 index: torch.Tensor, log_rhos: torch.Tensor) -> None:
@@ -125,6 +129,7 @@ class LearnerInvariants:
             before, raw, returns = self.reward_scaling
             self.out["inv_reward_scaling_recomputed"] = scaling_error(
                 before, raw, returns, valid, r["rewards"], learner.normalization.returns.clip)
+            self.out["inv_running_returns_recomputed"] = self.running_returns
             self.reward_scaling = None
         normalizer = learner.normalization.observations
         self.observation_statistics = (snapshot(normalizer), flat(r["obs"][:T])) if normalizer is not None else None

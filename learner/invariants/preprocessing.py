@@ -28,6 +28,17 @@ over the valid steps; float32 rounding of one division, about 1e-7: limit 1e-4.
 A divisor from other statistics (the rewards' own spread, a stale or never
 updated variance, the returns before the merge), another clip or a scaling
 applied twice breaks it.
+
+running_returns_recomputed (actor). The discounted returns the actor carries
+for that scaling follow, env by env, from the raw rewards and episode ends:
+at every step t >= 1 of a rollout, R_t = gamma R_{t-1} + r_t on a valid step
+(R_{t-1} taken as 0 when the episode ended at t-1), R_t = R_{t-1} on a reset
+transition. The actor keeps R in float64 and stores it in float32, so the
+recursion on the stored values differs by float32 rounding, about 1e-7 of the
+returns' scale. Statistic: max |R_t - reference_t| / max(max |R|, 1e-8) over
+t >= 1 (the first step's carry comes from the previous rollout); limit 1e-5.
+A return not reset at episode ends, another discount, or returns of other
+rewards than those stored break it.
 """
 
 from __future__ import annotations
@@ -96,3 +107,16 @@ def scaling_error(before, raw_rewards: torch.Tensor, returns: torch.Tensor, vali
     scale = torch.where(mask, reference.abs(), 0.0).amax().clamp_min(1e-8)
     # No valid step: not measured (read on the device, no host sync).
     return torch.where(mask.any(), (gap / scale).nan_to_num(nan=1.0), NAN)
+
+
+def running_return_error(returns: torch.Tensor, rewards: torch.Tensor, terminated: torch.Tensor,
+                         truncated: torch.Tensor, valid: torch.Tensor, gamma: float) -> torch.Tensor:
+    """inv_running_returns_recomputed on a [T, N] rollout (module docstring); NaN for a one-step rollout."""
+    R, r = returns.to(F64), rewards.to(F64)
+    if R.shape[0] < 2:
+        return torch.full((), NAN, dtype=F64, device=R.device)
+    ended = (terminated | truncated) & valid
+    carried = torch.where(ended[:-1], 0.0, R[:-1])
+    reference = torch.where(valid[1:], gamma * carried + r[1:], carried)
+    scale = R.abs().amax().clamp_min(1e-8)
+    return ((R[1:] - reference).abs().amax() / scale).nan_to_num(nan=1.0)
