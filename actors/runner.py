@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from .envs import find_witness, make_vector_env
+from .inference_cost import ForwardCost
 from .rollout import EpisodeStats, Rollout
 
 
@@ -81,6 +82,8 @@ class EnvRunner:
         self.return_discount = return_discount
         """Reward scaling: the discount of the running return each rollout carries (None: not kept)."""
         self.discounted_return = np.zeros(num_envs, dtype=np.float64)
+        self.forward_cost = ForwardCost()
+        """The reference the inference phase is judged against (actors/inference_cost.py)."""
 
     @staticmethod
     def _obs_shape(space: gym.Space) -> tuple[int, ...]:
@@ -150,18 +153,20 @@ class EnvRunner:
         actions = params = logps = None
         returns = np.empty((T, n), dtype=np.float32) if self.return_discount is not None else None
         done_returns, done_lengths, successes = [], [], []
-        inference_s = step_s = 0.0
+        inference_s = step_s = inference_cpu_s = 0.0
         age = int(policy.age)
         # The weights cannot change during a collection: one fingerprint of what acted, for the learner to check.
         checksums = (policy.weights_checksum(),) if hasattr(policy, "weights_checksum") else ()
         self.witness.begin(T)
+        self.forward_cost.measure(policy, self.obs)
 
         for t in range(T):
             obs_buf[t] = self.obs
             valid[t] = ~self.prev_done
-            t0 = time.perf_counter()
+            t0, cpu0 = time.perf_counter(), time.process_time()
             with torch.no_grad():
                 action, param, logp = self._act(policy, self.obs)
+            inference_cpu_s += time.process_time() - cpu0
             if actions is None:  # shapes are known only after the first call
                 actions = torch.empty((T, *action.shape), dtype=action.dtype)
                 params = torch.empty((T, *param.shape), dtype=torch.float32)
@@ -221,7 +226,8 @@ class EnvRunner:
             terminated=torch.from_numpy(terminated), truncated=torch.from_numpy(truncated),
             valid=torch.from_numpy(valid), behaviour_params=params, behaviour_logp=logps,
             policy_age=age, actor_id=self.actor_id, episodes=episodes,
-            timings={"env_step": step_s, "inference": inference_s},
+            timings={"env_step": step_s, "inference": inference_s, "inference_cpu": inference_cpu_s,
+                     **self.forward_cost.reference()},
             valid_count=int(valid.sum()), weights_checksums=checksums,
             discounted_returns=None if returns is None else torch.from_numpy(returns),
             witness=(self.witness.take(),),

@@ -123,6 +123,7 @@ def overview() -> Dashboard:
             gauges("rlvitals_queue_depth", "rlvitals_queue_capacity", by=("queue",), title="Queue depth", width=12,
                    legends=("depth", "capacity")),
             gauges("rlvitals_learner_rollouts_alive", title="Rollouts held by the learner", width=12),
+            gauges("rlvitals_learner_actor_inference_cost_ratio", lo=0, title="Actor inference over its forward pass"),
             gauges("rlvitals_learner_staleness_batches", "rlvitals_queue_capacity", title="Staleness in batches",
                    legends=("staleness", "queue capacity"), width=12,
                    note="Healthy: staleness at or below the queue capacity; above it, weights do not reach the "

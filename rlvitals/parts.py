@@ -104,6 +104,11 @@ class DevicePolicy:
         return self.net.weights_checksum()
 
     @torch.no_grad()
+    def forward(self, obs):
+        """The network's policy forward pass alone, on its device (the inference phase's reference cost)."""
+        return self.net.policy_params(obs.to(self.device, non_blocking=True)).float().cpu()
+
+    @torch.no_grad()
     def act(self, obs):
         # The forward pass runs on the learner's device; the sampling runs on the CPU with the network's
         # own CPU generator, so the draws are the same stream as on a CPU learner and a resumed run's

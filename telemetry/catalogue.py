@@ -231,6 +231,13 @@ METRICS: tuple[Metric, ...] = (
            "learner learned from since the network that produced it. Healthy: at most the rollouts queues "
            "can hold (rlvitals_queue_capacity); more means weights do not reach the actors.",
            source="staleness_batches"),
+    Metric("rlvitals_learner_actor_inference_cost_ratio", "gauge", "learner", "standard", "none",
+           "The last arriving rollout's inference phase per step over its actor's bare forward pass of the policy "
+           "network on the same batch, both in CPU seconds of the actor's process (the forward pass: the fastest "
+           "of its last few timings). Healthy: a small factor, 1.6 to 3.2 measured (the phase also draws and "
+           "checks the actions; a large network reads near 1). Above 10: the actor does work per step that its "
+           "network does not need.",
+           source="actor_inference_cost_ratio"),
     Metric("rlvitals_learner_rollouts_alive", "gauge", "learner", "standard", "short",
            "Rollouts this run holds in the learner process (created since the run began and not yet freed), "
            "read after each update. Healthy: small and flat (the batch in hand plus what queues hold); rising "

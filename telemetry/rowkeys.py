@@ -45,6 +45,8 @@ OCCASIONAL_KEYS = {
     "inv_observation_statistics_recomputed": "with normalize_observations on",
     "inv_reward_scaling_recomputed": "with normalize_rewards on",
     "inv_running_returns_recomputed": "with normalize_rewards on",
+    "actor_inference_cost_ratio": "where the policy has a forward pass (not the probe agents), not in Ray's "
+                                  "synchronous batches (they join several actors' rollouts)",
 }
 OCCASIONAL_KEYS.update({inv.names_key: "Ray mode only, once some process broke the invariant"
                         for inv in INVARIANTS if inv.names_key})

@@ -131,6 +131,21 @@ def running_return_never_reset(mp):
     mp.setattr(EnvRunner, "collect", collect)
 
 
+def actor_acts_on_each_env_first(mp):
+    from rlvitals.actors.runner import EnvRunner
+
+    original = EnvRunner._act
+
+    def _act(self, policy, obs):
+        # A per-env loop left in before the batched call (its draws are thrown away): right actions, and the
+        # work of one forward pass per env on every step.
+        for row in range(obs.shape[0]):
+            policy.act(torch.as_tensor(obs[row: row + 1]))
+        return original(self, policy, obs)
+
+    mp.setattr(EnvRunner, "_act", _act)
+
+
 def value_head_squashed(mp):
     from rlvitals.learner.networks import ActorCritic
 
@@ -217,6 +232,8 @@ LEARNER_STAGE_BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("running_return_never_reset", "actor", "run", running_return_never_reset, env=PENDULUM,
                overrides={"normalize_rewards": True}, invariant="running_returns_recomputed",
                what="the actor's running discounted return (for reward scaling) is never reset at episode ends"),
+    PlantedBug("actor_acts_on_each_env_first", "actor", "run", actor_acts_on_each_env_first, env="CartPole-v1",
+               what="the actor acts on every env alone before its batched call: right actions, hidden work"),
     PlantedBug("value_head_squashed", "value", "run", value_head_squashed, invariant="value_head_affine",
                what="the value output squashed by tanh: it cannot represent targets beyond 1"),
     PlantedBug("adam_with_other_betas", "optimizer", "run", adam_with_other_betas,
