@@ -12,9 +12,11 @@ docs/metrics.md from the catalogue, with `rowkeys` saying what a metrics.jsonl
 row holds; `bands` reads the healthy ranges the catalogue's help text states;
 `invariant_model` says what an invariant is; `invariants_actor`,
 `invariants_learner` and `invariants_pipeline` list them by the part whose
-data they read, `invariants` puts them in one list, `invariant_monitor`
-judges them per update, and `attribution` says which Ray actors' batches
-broke one.
+data they read, `invariants` puts them in one list with the stages of a
+learn step they belong to, `invariant_monitor` judges them per update, and
+`attribution` says which Ray actors' batches broke one. `rule_model` says
+what a health rule is and `rules` lists them (the invariants' among them);
+`health` judges them on a run's rows.
 
 May import: prometheus_client, psutil, numpy, torch, pynvml. Nothing else of
 rlvitals: every other part may import telemetry, never the other way round.
