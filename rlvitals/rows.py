@@ -41,9 +41,10 @@ FLOOR_SECONDS = 60.0
 IDLE_SECONDS = 5.0
 """Row interval while updates stall because every arriving batch is dropped: alerts need rows to fire."""
 
-MEASURED_KEYS = ("wall_seconds", "rss_bytes", "inv_memory_per_sample", "inv_learner_waits_while_ready")
-"""Row keys read from the machine (clock, memory and memory's growth per sample, the learner's needless waits):
-different in every repetition of a run."""
+MEASURED_KEYS = ("wall_seconds", "rss_bytes", "inv_memory_per_sample", "inv_learner_waits_while_ready",
+                 "actor_inference_cost_ratio")
+"""Row keys read from the machine (clock, memory and memory's growth per sample, the learner's needless waits,
+the actor's inference phase against its forward pass): different in every repetition of a run."""
 
 MODE_KEYS = ("inv_actor_accounting", INVARIANTS_BY_NAME["memory_per_sample"].names_key)
 """Row keys only one mode writes (the Ray actors' own counters; which process's memory grows, by pid): a Ray run
