@@ -57,9 +57,9 @@ DIRECTION_TOLERANCE = 1e-6
 GRADIENT_TOLERANCE = 0.05
 # A head without gradient is the head's fault only when the gradients are the loss's (not zeroed, say, after backward).
 GRADIENTS_OF_LOSS = S("gradient_mismatch") <= GRADIENT_TOLERANCE
-INFERENCE_COST_LIMIT = 10.0
+INFERENCE_COST_LIMIT = 15.0
 """An actor's inference phase per step over its bare forward pass, in CPU seconds (rlvitals/costs.py): healthy runs
-read 1.6 to 3.2."""
+read 1.6 to 3.2, a one-step bandit up to 7 on a loaded machine."""
 VALUE_HEAD_TOLERANCE = 0.05
 """value_head_affine's limit: the value-bias identity behind gradient_mismatch needs an affine value head."""
 # Fingerprints of the same weights agree to float64 rounding, whatever device summed them.
@@ -167,12 +167,12 @@ RULES: tuple[Rule, ...] = (
     # Discrete policies only. For a Gaussian policy a step of KL k makes log-ratios of spread about sqrt(2k) at
     # every dimension count, so a healthy PPO step (k about 0.02) already puts over 30% of ratios outside the clip
     # range (seen: 35% on a bandit solved exactly); its step size is judged by the KL (RLPolicyStepsTooLarge).
-    # Healthy readings stay within 1.6 to 3.2 (CartPole with 4 to 32 envs, Pendulum, 8 Ray actors on 2 cores):
-    # both sides are CPU seconds of the actor's own process, timed a few rollouts apart.
-    Rule("RLActorInferenceOverCost", Mean(S("actor_inference_cost_ratio"), 3) > INFERENCE_COST_LIMIT, 3, "fast",
+    # Healthy readings stay within 1.6 to 3.2 (CartPole with 4 to 32 envs, Pendulum, 8 Ray actors on 2 cores), a
+    # one-step bandit's up to 7 on a loaded machine: both sides are CPU seconds of the actor's own process.
+    Rule("RLActorInferenceOverCost", Mean(S("actor_inference_cost_ratio"), 5) > INFERENCE_COST_LIMIT, 5, "fast",
          "warning", "actor",
          "An actor's inference phase costs far more than its network's forward pass in run {{ $labels.run_id }}",
-         "Per env step, the actor spends over 10 times the CPU time of its policy network's bare forward pass on "
+         "Per env step, the actor spends over 15 times the CPU time of its policy network's bare forward pass on "
          "the same batch "
          "choosing its action: work hidden in the step that the network does not need (a copy or checksum of "
          "the weights, a conversion per sample, a forward pass repeated). Profile the actor's step "
