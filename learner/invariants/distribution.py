@@ -6,8 +6,8 @@ the formulas the actor records with and the learner trains with) are
 recomputed from the same parameters by `torch.distributions` in float64
 (Categorical from logits; a diagonal Normal from [mean, log std]). Statistic:
 the largest |product - reference| / max(|reference|, 1 nat) over the batch's
-valid samples and both quantities, on the learner's parameters, the
-behaviour parameters and a wider copy (logits and means x4, every parameter
+valid samples and both quantities, on the learner's parameters and a wider
+copy (logits and means x4, every parameter
 nudged by +-0.25, within +-6): a near-uniform policy at initialisation hides
 a wrong temperature. The distribution's KL is not judged here: PPO's loss does
 not use it, only the exported KL diagnostic does, and telemetry_recomputed
@@ -45,10 +45,9 @@ def _gap(product: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     return torch.where(product == reference, 0.0, gap.nan_to_num(nan=1.0, posinf=1.0)).amax()
 
 
-def distribution_error(dist, params: torch.Tensor, actions: torch.Tensor,
-                       behaviour_params: torch.Tensor) -> torch.Tensor:
-    """inv_distribution_as_defined on flat valid samples: params [n, P] of the learner at arrival, the behaviour
-    actions and the behaviour parameters [n, P]; NaN when there is no sample."""
+def distribution_error(dist, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """inv_distribution_as_defined on flat valid samples: params [n, P] of the learner at arrival and the behaviour
+    actions; NaN when there is no sample."""
     if params.shape[0] == 0:
         return torch.full((), NAN, dtype=F64, device=params.device)
     # Besides the learner's own parameters, the formula is held to the reference on a wider copy of them: logits
@@ -59,7 +58,7 @@ def distribution_error(dist, params: torch.Tensor, actions: torch.Tensor,
     wide = (4 * torch.roll(params, 1, 0) + nudge).clamp(-6.0, 6.0)
     reference_actions = actions.long() if isinstance(dist, Categorical) else actions.to(F64)
     gaps = []
-    for p in (params, behaviour_params, wide):
+    for p in (params, wide):
         ref = _reference(dist, p)
         gaps += [_gap(dist.log_prob(p, actions), ref.log_prob(reference_actions)), _gap(dist.entropy(p), ref.entropy())]
     return torch.stack(gaps).amax()

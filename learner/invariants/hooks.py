@@ -107,8 +107,7 @@ class LearnerInvariants:
         self.behaviour_logp = flat(r["behaviour_logp"])
         params = params_all[:T]
         # The formula actor and learner share comes first: what reads through it is judged only where it holds.
-        self.out["inv_distribution_as_defined"] = distribution_error(dist, flat(params), flat(actions),
-                                                                     flat(r["behaviour_params"]))
+        self.out["inv_distribution_as_defined"] = distribution_error(dist, flat(params), flat(actions))
         self.distribution_off = self.out["inv_distribution_as_defined"] > DISTRIBUTION_TOLERANCE
         logp_stat, frequency_stat = sampling_statistics(dist, flat(r["behaviour_params"]), flat(actions),
                                                         self.behaviour_logp)
