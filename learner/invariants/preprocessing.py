@@ -58,21 +58,25 @@ def snapshot(normalizer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | No
     return normalizer.count.detach().clone(), normalizer.mean.detach().clone(), normalizer.var.detach().clone()
 
 
+def _merged(before, x: torch.Tensor, keep: torch.Tensor):
+    """(n', mean', var') of the statistics `before` = (n, m, v) (m, v of shape [d]) merged with the rows of
+    x [k, d] where keep [k] is True, in float64, shifted by m; masked sums, so nothing waits for the device."""
+    n, m, v = (t.to(F64).reshape(-1) if t.dim() else t.to(F64) for t in before)
+    d = torch.where(keep.unsqueeze(1), x.to(F64) - m.reshape(1, -1), 0.0)
+    n1 = n + keep.to(F64).sum()
+    s1, s2 = d.sum(0), d.pow(2).sum(0)
+    mean = m.reshape(-1) + s1 / n1.clamp_min(1)
+    var = (n * v.reshape(-1) + s2 - s1.pow(2) / n1.clamp_min(1)) / n1.clamp_min(1)
+    return n1, torch.where(n1 > 0, mean, m.reshape(-1)), torch.where(n1 > 0, var, v.reshape(-1))
+
+
 def statistics_error(normalizer, before, raw_obs: torch.Tensor) -> torch.Tensor:
     """inv_observation_statistics_recomputed: the normaliser's statistics now against `before` merged with the
     raw observations `raw_obs` [k, *shape] of the batch (valid steps); NaN without a normaliser."""
     if normalizer is None or before is None:
         return torch.full((), NAN, dtype=F64, device=raw_obs.device)
-    n, m, v = (t.to(F64) for t in before)
     x = raw_obs.to(F64).reshape(raw_obs.shape[0], -1)
-    keep = (torch.isfinite(x) & (x.abs() <= SAFE_LIMIT)).all(1)
-    d = torch.where(keep.unsqueeze(1), x - m.reshape(1, -1), 0.0)
-    k = keep.to(F64).sum()
-    n1 = n + k
-    s1, s2 = d.sum(0), d.pow(2).sum(0)
-    mean = m.reshape(-1) + s1 / n1.clamp_min(1)
-    var = (n * v.reshape(-1) + s2 - s1.pow(2) / n1.clamp_min(1)) / n1.clamp_min(1)
-    mean, var = torch.where(n1 > 0, mean, m.reshape(-1)), torch.where(n1 > 0, var, v.reshape(-1))
+    n1, mean, var = _merged(before, x, (torch.isfinite(x) & (x.abs() <= SAFE_LIMIT)).all(1))
     got_n, got_mean, got_var = (t.detach().to(F64).reshape(-1) for t in (normalizer.count, normalizer.mean,
                                                                         normalizer.var))
     if got_mean.shape != mean.shape:
@@ -84,24 +88,13 @@ def statistics_error(normalizer, before, raw_obs: torch.Tensor) -> torch.Tensor:
     return gaps.nan_to_num(nan=1.0).amax()
 
 
-def _merged_variance(n, m, v, x: torch.Tensor) -> torch.Tensor:
-    """The population variance of (n, m, v) merged with the samples x [k] (float64, shifted by m)."""
-    d = x.to(F64) - m
-    k = torch.tensor(float(x.numel()), dtype=F64, device=x.device)
-    n1 = n + k
-    s1, s2 = d.sum(), d.pow(2).sum()
-    return torch.where(n1 > 0, (n * v + s2 - s1.pow(2) / n1.clamp_min(1)) / n1.clamp_min(1), v)
-
-
 def scaling_error(before, raw_rewards: torch.Tensor, returns: torch.Tensor, valid: torch.Tensor,
                   scaled: torch.Tensor, clip: float) -> torch.Tensor:
     """inv_reward_scaling_recomputed: the scaled rewards against the raw ones over the divisor recomputed from the
     scaler's statistics `before` (count, mean, var) and the batch's discounted returns; NaN without valid steps."""
-    n, m, v = (t.to(F64) for t in before)
-    returns = returns.reshape(-1).to(F64)
-    counted = valid.reshape(-1) & torch.isfinite(returns)
-    variance = _merged_variance(n, m, v, returns[counted])
-    reference = (raw_rewards.to(F64) / (variance + 1e-8).sqrt()).clamp(-clip, clip)
+    returns = returns.reshape(-1, 1).to(F64)
+    _, _, variance = _merged(before, returns, valid.reshape(-1) & torch.isfinite(returns[:, 0]))
+    reference = (raw_rewards.to(F64) / (variance[0] + 1e-8).sqrt()).clamp(-clip, clip)
     mask = valid & torch.isfinite(reference)
     gap = torch.where(mask, (scaled.to(F64) - reference).abs(), 0.0).amax()
     scale = torch.where(mask, reference.abs(), 0.0).amax().clamp_min(1e-8)
