@@ -210,12 +210,40 @@ def test_async_rollouts_are_learned_oldest_first_so_none_goes_stale(ray_address,
     capacity = 4 * 2
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     staleness = sorted(r["staleness_batches"] for r in rows if r.get("staleness_batches") is not None)
-    # Equal actors keep every batch within the queues (7 here on an idle machine); an actor the OS starves
-    # for a while can lag a few batches more (11 seen at load 10), never the old loop's 37.
-    assert staleness and staleness[len(staleness) // 2] <= capacity and staleness[-1] <= 2 * capacity, staleness
+    # Equal actors keep the typical batch within the queues. The largest lag is left unbounded here: an
+    # actor the OS starves for a while lags by as many batches as the others deliver meanwhile (17 seen
+    # under CI's load), which says nothing about the order; `finished_in_request_order` is held to it below.
+    assert staleness and staleness[len(staleness) // 2] <= capacity, staleness
     assert summary["samples"]["dropped"]["stale"] == 0, summary["samples"]
     verdicts = json.loads((run_dir / "verdicts.json").read_text())
     assert [v["rule"] for v in verdicts if v["severity"] != "info"] == [], verdicts
+
+
+REQUEST_ORDER = """
+import sys, time
+import ray
+from rlvitals.distributed.loops import finished_in_request_order
+
+ray.init(address=sys.argv[1], configure_logging=False, log_to_driver=False)
+blocked = ray.remote(num_cpus=0)(lambda: time.sleep(3600)).remote()
+first, second, third = ray.put(1), ray.put(2), ray.put(3)
+requested = {third: "c", blocked: "b", first: "a", second: "d"}    # the order the requests were made
+ray.wait([first, second, third], num_returns=3)
+assert finished_in_request_order(ray, requested) == [third, first, second]
+assert finished_in_request_order(ray, requested, known=second) == [third, first, second]
+assert finished_in_request_order(ray, {blocked: "b"}) == []
+assert finished_in_request_order(ray, {}) == []
+ray.cancel(blocked, force=True)
+print("ordered", flush=True)
+"""
+
+
+def test_finished_rollouts_are_taken_in_the_order_they_were_requested(ray_address):
+    """Whatever order Ray's wait hands ready objects back in, the earliest request comes first, and one
+    known to be finished (the object wait just returned) does not jump the queue."""
+    done = subprocess.run([sys.executable, "-c", REQUEST_ORDER, ray_address], env={**os.environ, **RAY_ENV},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "ordered" in done.stdout, done.stderr[-3000:]
 
 
 UNREACHED = 50_000_000

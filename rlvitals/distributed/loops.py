@@ -175,16 +175,7 @@ class AsyncRollouts:
         return rollout, time.perf_counter() - started
 
     def _finished(self, known=None) -> list:
-        """The requested rollouts finished now, earliest-requested first (`known`: one known to be finished).
-
-        Ray does not say which ready object `wait` hands back first, and it is not always the oldest: a
-        finished rollout passed over again and again went hundreds of learner steps stale and was dropped
-        on a healthy run. Taking the oldest bounds a rollout's wait by the requests ahead of it."""
-        if not self.in_flight:
-            return []
-        ready = self.ray.wait(list(self.in_flight), num_returns=len(self.in_flight), timeout=0)[0]
-        order = {r: i for i, r in enumerate(self.in_flight)}   # insertion order: the order of the requests
-        return sorted(set(ready) | ({known} if known is not None else set()), key=order.__getitem__)
+        return finished_in_request_order(self.ray, self.in_flight, known)
 
     def _restarted_actors(self) -> None:
         """Restarted actors whose endpoint answered get their requests (without blocking: the queue may be full)."""
@@ -216,6 +207,20 @@ class AsyncRollouts:
 
     def summary(self) -> dict:
         return _summary(self.run.cfg, self.fleet, self.accounts)
+
+
+def finished_in_request_order(ray, requested: Iterable, known=None) -> list:
+    """The requested rollouts finished now, earliest-requested first (`known`: one known to be finished).
+
+    `requested` iterates in the order the requests were made. Ray does not say which ready object `wait`
+    hands back first, and it is not always the oldest: a finished rollout passed over again and again went
+    hundreds of learner steps stale and was dropped on a healthy run. Taking the oldest bounds a rollout's
+    wait by the requests ahead of it."""
+    order = {ref: i for i, ref in enumerate(requested)}
+    if not order:
+        return []
+    ready = ray.wait(list(order), num_returns=len(order), timeout=0)[0]
+    return sorted(set(ready) | ({known} if known is not None else set()), key=order.__getitem__)
 
 
 class DriverStatistics:
