@@ -71,6 +71,12 @@ inv_env_time_limit
     Time-limit decisions against gymnasium's TimeLimit contract, counted by
     probes on both sides of each sub-env's TimeLimit (actors/time_limit.py
     has the derivation); NaN when no decision was seen.
+
+inv_env_reset_restores
+    Sampled episodes of the run's sub-envs whose replay on a fresh instance (the same generator state at the
+    autoreset, the same actions) returned other transitions: the env carries state across its reset
+    (actors/reset_replay.py has the derivation); NaN when no episode was replayed. Not in STATISTICS: envs
+    without sub-envs (vector entry points) are never judged.
 """
 
 from __future__ import annotations
@@ -119,7 +125,7 @@ def boundary_statistics(rollout) -> dict[str, float]:
     positions = action_diff = ends = resets = steps = agent_steps = 0
     obs_diff = obs_transformed = 0.0
     end_events = reset_events = obs_compared = 0
-    outside = emitted = limit_decisions = limit_wrong = 0
+    outside = emitted = limit_decisions = limit_wrong = replays = replays_differ = 0
     for rec in records:
         envs = slice(rec.env_offset, rec.env_offset + rec.num_envs)
         t = min(T, rec.rewards.shape[0])
@@ -156,6 +162,8 @@ def boundary_statistics(rollout) -> dict[str, float]:
         emitted += rec.emitted
         limit_decisions += rec.limit_decisions
         limit_wrong += rec.limit_wrong
+        replays += rec.reset_replays
+        replays_differ += rec.reset_replays_differ
     covered = sum(rec.num_envs for rec in records)
     # A batch with an unwitnessed part (a runner without a witness) is compared on its witnessed envs only.
     claimed = rollout.env_steps if covered == rollout.num_envs else sum(
@@ -174,4 +182,5 @@ def boundary_statistics(rollout) -> dict[str, float]:
         "inv_boundary_step_count": float(step_count),
         "inv_observation_space": outside / emitted if emitted else nan,
         "inv_env_time_limit": float(limit_wrong) if limit_decisions else nan,
+        "inv_env_reset_restores": float(replays_differ) if replays else nan,
     }

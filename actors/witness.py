@@ -7,7 +7,9 @@ stepped with and what it returned: the action, the reward, the terminated and
 truncated flags, whether the step was a NEXT_STEP reset, the number of steps,
 a few observations at random (t, env) positions, and whether each emitted
 observation belongs to the declared observation space; in a sync vector env, probes around each sub-env's
-TimeLimit also judge its truncations against its contract (actors/time_limit.py). `take()` hands the
+TimeLimit also judge its truncations against its contract (actors/time_limit.py), and sampled episodes of
+its sub-envs are replayed on fresh instances to judge whether their resets restore their state
+(actors/reset_replay.py). `take()` hands the
 record of one rollout (a `WitnessRecord`, a few kB) to the runner, which puts
 it on the rollout; it travels with it (pickled through Ray in Ray mode), and
 `boundary_statistics` (actors/boundary.py) compares it with the rollout wherever the
@@ -22,6 +24,7 @@ from dataclasses import dataclass, replace
 import gymnasium as gym
 import numpy as np
 
+from .reset_replay import ResetReplay
 from .space_check import SpaceCheck
 from .time_limit import probe_time_limits, take_decisions
 
@@ -75,6 +78,10 @@ class WitnessRecord:
     steps_total: int = -1
     """Env steps the witness counted since it was built, this record's included (-1: not counted); every step
     is in some record, so the records that reach the learner add up to it (rlvitals/evidence.py)."""
+    reset_replays: int = 0
+    """Episodes of the sub-envs replayed on a fresh instance and judged in this rollout (actors/reset_replay.py)."""
+    reset_replays_differ: int = 0
+    """Of them, those whose transitions differ from the run's: state carried across the env's reset."""
 
     @property
     def resets(self) -> np.ndarray:
@@ -162,6 +169,7 @@ class Witness(gym.vector.VectorWrapper):
         self._high = np.asarray(space.high) if isinstance(space, gym.spaces.Box) else None
         self._space = SpaceCheck(env.single_observation_space, self.n)
         self._limits = probe_time_limits(env)   # None: no sub-env with gymnasium's TimeLimit
+        self._replay = ResetReplay.attach(env)  # None: no sub-envs to replay (a vector entry point, ALE's own)
         self._prev_done = np.zeros(self.n, dtype=bool)
         self._last_obs = None
         self._emits = -1   # the first output (the reset's) is checked
@@ -209,6 +217,8 @@ class Witness(gym.vector.VectorWrapper):
         self._seq += 1          # episodes in progress end here unreported: the next record continues none
         self._fresh = True
         self._prev_done = np.zeros(self.n, dtype=bool)
+        if self._replay is not None:
+            self._replay.restart()
         self._emit(obs)
         return obs, info
 
@@ -247,6 +257,11 @@ class Witness(gym.vector.VectorWrapper):
         self._emits += 1
         if not self._emits % SPACE_CHECK_EVERY:
             self._check_space(obs)
+        if self._replay is not None:
+            try:
+                self._replay.after_step(actions, obs, terminated, truncated, reward)
+            except Exception:   # unusable output: the runner reports it; its episodes are not replayed
+                self._replay = None
         return obs, reward, terminated, truncated, info
 
     def _put(self, column: Column, t: int, row) -> None:
@@ -291,6 +306,8 @@ class Witness(gym.vector.VectorWrapper):
             fresh=self._fresh)
         record.limit_decisions, record.limit_wrong = take_decisions(self._limits)
         record.steps_total = self._steps_total
+        if self._replay is not None:
+            record.reset_replays, record.reset_replays_differ = self._replay.judge()
         self._seq, self._fresh = self._seq + 1, False
         if len(terminated):   # a fresh array, never changed in place: the next record's done_before
             self._prev_done = terminated[-1] | truncated[-1]

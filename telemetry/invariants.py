@@ -45,7 +45,8 @@ INVARIANTS: tuple[Invariant, ...] = ACTOR_INVARIANTS + LEARNER_INVARIANTS + PIPE
 BY_NAME: dict[str, Invariant] = {i.name: i for i in INVARIANTS}
 
 STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("env", "the env's own output under its declared contract", ("observation_space", "env_time_limit")),
+    ("env", "the env's own output under its declared contract",
+     ("observation_space", "env_time_limit", "env_reset_restores")),
     ("distribution", "the action distribution's formulas, which actor and learner share",
      ("distribution_as_defined",)),
     ("weights", "the weights the actors act with, against the learner's as published and requested",

@@ -140,6 +140,27 @@ ACTOR_INVARIANTS: tuple[Invariant, ...] = (
         "time-limit decision, nor for envs without gymnasium's TimeLimit (vector entry points such as "
         "CartPole's, ALE's native vector env)."),
     Invariant(
+        "env_reset_restores", "boundary", "env", 0.0, 2,
+        "The env's reset does not restore its state: a fresh instance replays its episodes differently",
+        "An episode one of the run's envs played after others, replayed by a fresh instance of the same env "
+        "(given the generator state the run's env reset from, and the same actions), returned other "
+        "observations, rewards or episode ends, while two fresh instances agree with each other: the env "
+        "carries state across reset() (a step counter of its own time limit not reset, so every later episode "
+        "is cut short; a resource, a cached observation, a generator not reseeded). Look at what the env's "
+        "reset() leaves as it was.",
+        "A correct env's reset restores its whole state: an episode follows from the state reset draws from "
+        "the env's np_random and from the actions alone. The witness copies, for sampled episodes of one "
+        "sub-env at a time, its generator just before the autoreset, the actions and what the env returned; "
+        "in the actor's process a fresh instance built from the same spec is reset, given that generator "
+        "state, reset as the autoreset did and stepped with the same actions (actors/reset_replay.py). The "
+        "same functions of the same inputs in one process give identical values, compared exactly: no false "
+        "alarm. An env whose episodes do not follow from their inputs (the global generator, the clock, a "
+        "generator of its own seeded by reset(seed=...)) is told apart first: on a difference a second fresh "
+        "instance, reset with another seed before it is given the same state, replays it too, and where the "
+        "two disagree the env is not judged for the rest of the run. Not measured (NaN) on updates without a "
+        "replay, nor for envs without sub-envs (vector entry points such as CartPole's, ALE's native vector "
+        "env). Steps replayed stay under 1,024 plus 1/512 of the steps taken."),
+    Invariant(
         "weights_as_stamped", "boundary", "weight-sync", 1e-9, 2,
         "Actors act with other weights than the network age they report",
         "The fingerprint of the weights an actor acted with differs from the learner's weights of the network "

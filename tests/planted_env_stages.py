@@ -40,6 +40,32 @@ def time_limit_counter_not_reset(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(TimeLimit, "reset", reset)
 
 
+def own_time_limit_counter_not_reset(mp: pytest.MonkeyPatch) -> None:
+    """A user env that keeps its own time limit (no gymnasium TimeLimit) forgets to zero its counter in reset():
+    once an env has taken SELF_LIMIT steps, every later episode is truncated after one step."""
+    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+    from tiny_envs import SelfLimitedCartPole
+
+    def reset(self, *, seed=None, options=None):   # the counter left as it was
+        return CartPoleEnv.reset(self, seed=seed, options=options)
+
+    mp.setattr(SelfLimitedCartPole, "reset", reset)
+
+
+def orchard_fruit_not_restored(mp: pytest.MonkeyPatch) -> None:
+    """A user env's reset() puts the walker back but not the fruit it picked: after an env's first episode the
+    trees are bare, and every later episode's rewards are 0 (what is observed, the walker's cell, is unchanged)."""
+    import gymnasium as gym
+    from tiny_envs import Orchard
+
+    def reset(self, *, seed=None, options=None):
+        gym.Env.reset(self, seed=seed)
+        self.cell = 0
+        return self._obs(), {}
+
+    mp.setattr(Orchard, "reset", reset)
+
+
 def _discard_every_other_rollout(mp: pytest.MonkeyPatch, mine) -> None:
     """Where `mine()` holds (asked once), the runner collects a rollout and loses it, without a count, before
     each second one it hands over: its env steps were taken, and no counter of the actor says so."""
@@ -88,6 +114,14 @@ ENV_STAGE_BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("time_limit_counter_not_reset_acrobot", "env", "run", time_limit_counter_not_reset,
                env="Acrobot-v1", invariant="env_time_limit",
                what="as time_limit_counter_not_reset, on Acrobot (episodes also end by termination)"),
+    PlantedBug("own_time_limit_counter_not_reset", "env", "run", own_time_limit_counter_not_reset,
+               env="tiny_envs:SelfLimitedCartPole-v0", invariant="env_reset_restores",
+               what="a user env with its own time limit (no TimeLimit) does not zero its step counter in reset(): "
+                    "after SELF_LIMIT steps every episode is truncated after one step"),
+    PlantedBug("orchard_fruit_not_restored", "env", "run", orchard_fruit_not_restored,
+               env="tiny_envs:Orchard-v0", invariant="env_reset_restores",
+               what="a user env's reset() does not put back the fruit an episode picked: every later episode's "
+                    "rewards are 0, what is observed unchanged"),
     PlantedBug("runner_discards_every_other_rollout", "actor", "run", runner_discards_every_other_rollout,
                invariant="env_steps_accounted",
                what="the runner collects a rollout and loses it before every second one it hands over"),
