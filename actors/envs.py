@@ -18,7 +18,7 @@ from .env_contract import AUTORESET_MODE, EnvError
 
 def resolve_env_id(env_id: str) -> str:
     """Import the module of a `module:EnvId` id (it registers the env) and return `EnvId`."""
-    from . import probes  # noqa: F401  (registers rlvitals/Probe*-v0)
+    from . import partial, probes  # noqa: F401  (register rlvitals/Probe*-v0 and the partially observable tasks)
 
     if ":" in env_id:
         module, _, name = env_id.partition(":")

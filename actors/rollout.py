@@ -77,6 +77,14 @@ class Rollout:
     actor_counters: tuple = ()
     """Ray mode: each producing actor's own counters (rollouts produced, delivered, dropped; seconds by phase)
     as it delivered this rollout, one dict per actor in the batch (rlvitals.distributed.accounting)."""
+    initial_state: torch.Tensor | None = None
+    """[N, 2, H] a recurrent policy's state of each env when the rollout began, before any reset at its first
+    step (None: a feed-forward policy)."""
+    initial_starts: torch.Tensor | None = None
+    """[N] bool: obs[0] begins an episode, so the state is zeroed before the first step (recurrent only). Later
+    starts follow from `valid`: the step after a reset transition begins an episode."""
+    state_age: int = -1
+    """Age of the network that computed `initial_state` (the previous rollout's; -1: the empty initial state)."""
     witness: tuple = ()
     """What the envs received and returned, recorded below the runner (actors.witness.WitnessRecord, one per
     runner whose envs are in the batch; empty: not witnessed)."""
@@ -140,7 +148,16 @@ class Rollout:
             weights_checksums=tuple(c for r in rollouts for c in r.weights_checksums),
             discounted_returns=cat("discounted_returns") if rollouts[0].discounted_returns is not None else None,
             witness=_side_by_side_witness(rollouts),
+            initial_state=_envs_side_by_side(rollouts, "initial_state"),
+            initial_starts=_envs_side_by_side(rollouts, "initial_starts"),
+            state_age=min(r.state_age for r in rollouts),
             actor_counters=tuple(c for r in rollouts for c in r.actor_counters))
+
+
+def _envs_side_by_side(rollouts: list[Rollout], name: str) -> torch.Tensor | None:
+    """A per-env field ([N, ...]) of the parts, concatenated in the batch's env order; None where they have none."""
+    parts = [getattr(r, name) for r in rollouts]
+    return None if parts[0] is None else torch.cat(parts, dim=0)
 
 
 def _side_by_side_witness(rollouts: list[Rollout]) -> tuple:

@@ -83,6 +83,12 @@ class EnvRunner:
         """Reward scaling: the discount of the running return each rollout carries (None: not kept)."""
         self.discounted_return = np.zeros(num_envs, dtype=np.float64)
         self.forward_cost = ForwardCost()
+        self.state: torch.Tensor | None = None
+        """A recurrent policy's state of each env [N, 2, H], carried across rollouts (None: none yet)."""
+        self.starting = np.ones(num_envs, dtype=bool)
+        """The next step begins an episode: a recurrent policy's state is zeroed before it."""
+        self.state_age = -1
+        """Age of the network that computed `state` (-1: the empty state)."""
         """The reference the inference phase is judged against (actors/inference_cost.py)."""
 
     @staticmethod
@@ -116,7 +122,11 @@ class EnvRunner:
             if not safe.all():
                 unsafe = ~safe
                 obs = np.where(unsafe.reshape(-1, *([1] * len(self.obs_shape))), 0, obs).astype(obs.dtype)
-        action, param, logp = policy.act(torch.from_numpy(obs))
+        if self.state is not None:
+            action, param, logp, self.state = policy.act_recurrent(torch.from_numpy(obs), self.state,
+                                                                   torch.from_numpy(self.starting))
+        else:
+            action, param, logp = policy.act(torch.from_numpy(obs))
         if not self.discrete:
             finite = torch.isfinite(action).all(-1) & torch.isfinite(param).all(-1)
             if not bool(finite.all()):
@@ -162,6 +172,12 @@ class EnvRunner:
 
         for t in range(T):
             obs_buf[t] = self.obs
+        recurrent = getattr(policy, "recurrent_size", 0) > 0
+        if not recurrent:
+            self.state = None
+        elif self.state is None:
+            self.state = policy.initial_state(n)
+        initial = (self.state.clone(), torch.from_numpy(self.starting.copy()), self.state_age) if recurrent else None
             valid[t] = ~self.prev_done
             t0, cpu0 = time.perf_counter(), time.process_time()
             with torch.no_grad():
@@ -221,6 +237,7 @@ class EnvRunner:
             lengths=np.concatenate(done_lengths) if done_lengths else np.zeros(0, np.int64),
             successes=np.concatenate(successes) if successes else np.zeros(0),
         )
+            self.starting = ~valid[t]   # a reset transition's next observation begins an episode
         return Rollout(
             obs=torch.from_numpy(obs_buf), actions=actions, rewards=torch.from_numpy(rewards),
             terminated=torch.from_numpy(terminated), truncated=torch.from_numpy(truncated),
@@ -238,8 +255,19 @@ class EnvRunner:
 
 
 def _successes(info: dict, done: np.ndarray) -> np.ndarray:
+            **self._recurrent_fields(initial, age),
     """Success flags of the finished episodes whose env reports one; empty otherwise."""
     for key in ("is_success", "success"):
+    def _recurrent_fields(self, initial: tuple | None, age: int) -> dict:
+        """A recurrent policy's record of the rollout: the state each env began with, whether its first step
+        began an episode, and the age of the network that computed that state. The next rollout's state is
+        this rollout's network's."""
+        if initial is None:
+            return {}
+        self.state_age = age
+        state, starts, state_age = initial
+        return {"initial_state": state, "initial_starts": starts, "state_age": state_age}
+
         if key in info:
             mask = np.asarray(info.get(f"_{key}", np.ones_like(done)), dtype=bool) & done
             return np.asarray(info[key], dtype=np.float64)[mask]

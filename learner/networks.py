@@ -11,6 +11,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .normalize import ObservationNormalizer
+from .recurrent import RecurrentCore
 
 
 def _init(layer: nn.Module, gain: float) -> nn.Module:
@@ -183,11 +184,17 @@ class ActorCritic(nn.Module):
     with it (a rollout's `policy_age`). With `normalize_observations` every input
     first goes through an `ObservationNormalizer`, whose statistics are part of the
     network's state (vector observations only).
+
+    With `recurrent_size` H > 0 an LSTM core (learner/recurrent.py) sits between one shared trunk and the
+    heads: `step` acts one step from a carried state, `replay` runs a stored sequence, and the flat calls
+    (`forward`, `policy_params`, `value`) mean an episode's first step, from the empty state.
     """
 
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, hidden_sizes=(64, 64),
-                 image_network: str = "nature", normalize_observations: bool = False, normalize_clip: float = 10.0):
+                 image_network: str = "nature", normalize_observations: bool = False, normalize_clip: float = 10.0,
+                 recurrent_size: int = 0):
         super().__init__()
+        self.recurrent_size = int(recurrent_size)
         self.obs_normalizer = None
         if normalize_observations:
             if not (isinstance(obs_space, gym.spaces.Box) and obs_space.dtype != np.uint8):
@@ -203,15 +210,24 @@ class ActorCritic(nn.Module):
         else:
             self.policy_intake = VectorIntake(obs_space, tuple(hidden_sizes))
             self.value_intake = VectorIntake(obs_space, tuple(hidden_sizes))
+        # A core per distinct trunk: an image trunk's one core serves both heads (as CleanRL's LSTM agent);
+        # vector policy and value keep separate paths, memory included (as sb3-contrib's RecurrentPPO).
+        shared = self.value_intake is self.policy_intake
+        self.cores = nn.ModuleList(
+            [RecurrentCore(intake.out_dim, self.recurrent_size)
+             for intake in ((self.policy_intake,) if shared else (self.policy_intake, self.value_intake))]
+            if self.recurrent_size else [])
+        policy_in = self.recurrent_size or self.policy_intake.out_dim
+        value_in = self.recurrent_size or self.value_intake.out_dim
         if isinstance(action_space, gym.spaces.Discrete):
             self.dist = Categorical(int(action_space.n))
-            self.policy_out = _init(nn.Linear(self.policy_intake.out_dim, self.dist.num_params), 0.01)
+            self.policy_out = _init(nn.Linear(policy_in, self.dist.num_params), 0.01)
             self.log_std = None
         else:
             self.dist = DiagGaussian(action_space)
-            self.policy_out = _init(nn.Linear(self.policy_intake.out_dim, self.dist.dim), 0.01)
+            self.policy_out = _init(nn.Linear(policy_in, self.dist.dim), 0.01)
             self.log_std = nn.Parameter(torch.zeros(self.dist.dim))
-        self.value_out = _init(nn.Linear(self.value_intake.out_dim, 1), 1.0)
+        self.value_out = _init(nn.Linear(value_in, 1), 1.0)
         self.register_buffer("age_buffer", torch.zeros((), dtype=torch.int64))
         self.generator = torch.Generator()
         self.age = 0
@@ -230,13 +246,64 @@ class ActorCritic(nn.Module):
         return self.policy_params(obs), self.value(obs)
 
     def _policy_params(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.policy_out(self.policy_intake(x))
+        return self._policy_head(self._from_empty_state(self.policy_intake(x), 0))
+
+    def _value(self, x: torch.Tensor) -> torch.Tensor:
+        return self._value_head(self._from_empty_state(self.value_intake(x), len(self.cores) - 1))
+
+    def _from_empty_state(self, features: torch.Tensor, core: int) -> torch.Tensor:
+        """What a head sees for a flat batch: the trunk's features, or its core's first step of an episode."""
+        if not self.cores:
+            return features
+        n = features.shape[0]
+        starts = torch.ones(n, dtype=torch.bool, device=features.device)
+        return self.cores[core].step(features, self.cores[core].initial_state(n, features.device), starts)[:, 0]
+
+    def _policy_head(self, h: torch.Tensor) -> torch.Tensor:
+        out = self.policy_out(h)
         if self.log_std is not None:
             out = torch.cat([out, self.log_std.expand_as(out)], -1)
         return out
 
-    def _value(self, x: torch.Tensor) -> torch.Tensor:
-        return self.value_out(self.value_intake(x)).squeeze(-1)
+    def _value_head(self, h: torch.Tensor) -> torch.Tensor:
+        return self.value_out(h).squeeze(-1)
+
+    # ------------------------------------------------------------------ recurrent
+    # The state of n envs is one tensor [n, 2 * cores, H]: (h, c) of the policy's core, then the value's.
+    def initial_state(self, n: int, device=None) -> torch.Tensor:
+        """The empty state of n envs (recurrent networks only)."""
+        return torch.zeros((n, 2 * len(self.cores), self.recurrent_size), device=device)
+
+    def _intakes(self) -> tuple[nn.Module, ...]:
+        return (self.policy_intake,) if len(self.cores) == 1 else (self.policy_intake, self.value_intake)
+
+    def step(self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor):
+        """One step of n envs from their carried state: (params, values, the state after the step)."""
+        x = self.normalized(obs)
+        state = torch.cat([core.step(intake(x), state[:, 2 * i: 2 * i + 2], starts)
+                           for i, (core, intake) in enumerate(zip(self.cores, self._intakes()))], 1)
+        return self._policy_head(state[:, 0]), self._value_head(state[:, -2]), state
+
+    def replay(self, obs: torch.Tensor, starts: torch.Tensor, state: torch.Tensor, final: bool = False):
+        """A stored sequence obs [L, n, ...] from the state [n, 2 * cores, H] it began with, `starts` [L, n]
+        marking episode starts: (params [L, n, P], values [L, n], with `final` the state after its last step,
+        else None)."""
+        length, n = starts.shape
+        x = self.normalized(obs.reshape(length * n, *obs.shape[2:]))
+        outputs, finals = [], []
+        for i, (core, intake) in enumerate(zip(self.cores, self._intakes())):
+            h, last = core.replay(intake(x).reshape(length, n, -1), starts, state[:, 2 * i: 2 * i + 2], final)
+            outputs.append(h)
+            finals.append(last)
+        return (self._policy_head(outputs[0]), self._value_head(outputs[-1]),
+                torch.cat(finals, 1) if final else None)
+
+    @torch.no_grad()
+    def act_recurrent(self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor):
+        """Sample actions one step on: (actions, dist params, log-probs, the state after the step)."""
+        params, _, state = self.step(obs, state, starts)
+        actions, logp = self.dist.sample(params, self.generator)
+        return actions, params, logp, state
 
     def heads(self) -> dict[str, list[nn.Parameter]]:
         """Each output head's own parameters (intakes may be shared), for per-head gradient statistics."""

@@ -23,6 +23,7 @@ from .normalize import LearnerNormalization
 from .phases import PhaseLaps
 from .returns import vtrace
 from .step_sums import StepSums
+from .sequences import Sequences, episode_starts
 from .transfer import first_nonfinite, head_positions, to_device, to_host, transferred
 
 
@@ -91,6 +92,8 @@ class _Batch:
     """0-d statistics of the batch as it arrived."""
     activations: diag.ActivationProbe
 
+    sequences: Sequences | None = None
+    """A recurrent policy's batch as per-env sequences (None: feed-forward)."""
 
 @dataclass
 class _Update:
@@ -206,13 +209,19 @@ class PPOLearner:
             # Float32 even under mixed precision: the actors acted in float32, so on-policy ratios are 1 and
             # the consistency check stays exact (bfloat16 put 0.05 nats between learner and actor on an H100).
             with diag.ActivationProbe(net, enabled=self.debug) as activations:
-                params_all, values_all = net(obs.reshape(-1, *obs.shape[2:]))
+                if getattr(net, "recurrent_size", 0):   # each env's column replayed from its stored state
+                    starts = episode_starts(r["initial_starts"], valid)
+                    params_all, values_all, _ = net.replay(obs, starts, r["initial_state"])
+                    sequences = Sequences(obs=obs[:T], starts=starts[:T], state=r["initial_state"], valid=valid)
+                else:
+                    params_all, values_all = net(obs.reshape(-1, *obs.shape[2:]))
             values_all, params_all = values_all.reshape(T + 1, N), params_all.reshape(T + 1, N, -1)
             params = params_all[:T]
             log_rhos = net.dist.log_prob(params, actions) - r["behaviour_logp"]
             values, next_values = values_all[:T], values_all[1:]
             targets, advantages = vtrace(values, next_values, rewards, r["terminated"], done, log_rhos,
                                          s.gamma, s.gae_lambda, s.vtrace_rho_clip, s.vtrace_c_clip, valid)
+            sequences = None
             stats = self._scale_stats(rewards, targets, valid, done)
             stats.update(self._batch_stats(params, values, targets, advantages, rewards, r["terminated"], valid,
                                            done, stats.pop("min_target_std")))
@@ -223,7 +232,7 @@ class PPOLearner:
         batch = _Batch(rewards=rewards, valid=valid, values=values, targets=targets, advantages=advantages,
                        mb_obs=flat(obs[:T]), mb_actions=flat(actions), mb_logp=flat(r["behaviour_logp"]),
                        mb_params=flat(r["behaviour_params"]), mb_adv=flat(advantages), mb_targets=flat(targets),
-                       count=int(index.shape[0]), stats=stats, activations=activations)
+                       count=int(index.shape[0]), stats=stats, activations=activations, sequences=sequences)
         with torch.no_grad():
             self.invariants.arrival(batch, r, params_all, values_all, index, log_rhos)
         return batch
@@ -237,11 +246,11 @@ class PPOLearner:
         steps = 0
         directions: dict = {}
         for epoch in range(s.update_epochs):
-            order = torch.randperm(b.count, generator=self.generator).to(dev, non_blocking=True)
-            for mb in order.chunk(s.num_minibatches):
+            for mb, cols in self._minibatches(b):
                 ta = self._clock()
                 # Loss directions are exact per sample: the update's first minibatch is enough to watch them.
-                loss, parts, mb_params = self._forward_backward(b, mb, directions if steps == 0 else None)
+                loss, parts, mb_params = self._forward_backward(b, mb, directions if steps == 0 else None,
+                                                                cols=cols)
                 self.invariants.step(mb, mb_params, epoch == s.update_epochs - 1)
                 grads = diag.flat_grads(net)
                 parts.update({f"grad_norm_{head}": grads.index_select(0, at).norm() for head, at in self.heads.items()})
@@ -262,20 +271,30 @@ class PPOLearner:
         stats = {**sums.result(steps, b.count, s.num_minibatches, self.noise_scale), **directions}
         return _Update(before=before, steps=steps, stats=stats, fwd_s=fwd_s)
 
+    def _minibatches(self, b: _Batch) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """One epoch's minibatches: (flat positions of their samples, env columns or None). Shuffled samples for
+        a feed-forward policy; for a recurrent one, shuffled envs, each with its whole sequence."""
+        if b.sequences is not None:
+            return b.sequences.minibatches(self.s.num_minibatches, self.generator)
+        order = torch.randperm(b.count, generator=self.generator).to(self.device, non_blocking=True)
+        return [(mb, None) for mb in order.chunk(self.s.num_minibatches)]
+
     def _clock(self) -> float:
         """perf_counter(), after the device's queued work when phases are synchronised (sync_phases)."""
         if self.sync_phases and self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
 
-    def _forward_backward(self, b: _Batch, mb: torch.Tensor, directions: dict | None = None):
+    def _forward_backward(self, b: _Batch, mb: torch.Tensor, directions: dict | None = None,
+                          cols: torch.Tensor | None = None):
         """The loss of one minibatch under the network as it is now, and its gradients (not yet clipped).
 
-        `directions`, when given, receives which way the loss moves each output (diagnostics.loss_directions).
+        `cols`: a recurrent policy's env columns, replayed whole. `directions`, when given, receives which way
+        the loss moves each output (diagnostics.loss_directions).
         """
         net = self.net
         with self._autocast():
-            params, values = net(b.mb_obs[mb])
+            params, values = net(b.mb_obs[mb]) if cols is None else b.sequences.outputs(net, cols)
             logp = net.dist.log_prob(params, b.mb_actions[mb])
             entropy = net.dist.entropy(params)
             for output in (logp, values, entropy) if directions is not None else ():

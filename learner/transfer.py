@@ -23,7 +23,8 @@ def head_positions(net: nn.Module, device: torch.device) -> dict[str, torch.Tens
 def transferred(rollout: Rollout) -> tuple[str, ...]:
     """The rollout's tensors the learner copies to its device."""
     names = ("obs", "actions", "rewards", "terminated", "truncated", "valid", "behaviour_params", "behaviour_logp")
-    return names + (("discounted_returns",) if rollout.discounted_returns is not None else ())  # reward scaling
+    optional = ("discounted_returns", "initial_state", "initial_starts")   # reward scaling, a recurrent policy
+    return names + tuple(k for k in optional if getattr(rollout, k) is not None)
 
 
 def pin_rollout(rollout: Rollout, device: torch.device) -> Rollout:

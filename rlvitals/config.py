@@ -133,6 +133,10 @@ class TrainConfig:
     image_network: str = "nature"
     """Trunk for image observations: `nature` (the 3-conv Nature-DQN CNN) or `impala` (the IMPALA ResNet:
     3 stages of conv, max-pool and 2 residual blocks, 16/32/32 channels, then 256 units)."""
+    recurrent_size: int = 0
+    """Width of an LSTM core between the trunk and the heads (0: a feed-forward policy). Actors carry its state
+    per env and reset it at episode starts; the learner replays each env's rollout as one sequence from the
+    state it began with, so minibatches split the batch by env (num_minibatches must divide num_envs)."""
     device: str = "auto"
     """Learner device: `auto` picks CUDA when present, else CPU."""
     torch_threads: int = 1
@@ -222,6 +226,14 @@ class TrainConfig:
             raise ConfigError(
                 f"num_minibatches={self.num_minibatches} is invalid: it must divide the batch "
                 f"num_envs*rollout_length={self.batch_size}")
+        if isinstance(self.recurrent_size, bool) or not isinstance(self.recurrent_size, int) \
+                or self.recurrent_size < 0:
+            raise ConfigError(f"recurrent_size={self.recurrent_size!r} is invalid: expected an integer >= 0 "
+                              "(0: feed-forward)")
+        if self.recurrent_size and self.num_envs % self.num_minibatches:
+            raise ConfigError(
+                f"num_minibatches={self.num_minibatches} is invalid with recurrent_size={self.recurrent_size}: "
+                f"minibatches split the batch by env, so it must divide num_envs={self.num_envs}")
         if isinstance(self.keep_checkpoints, bool) or not isinstance(self.keep_checkpoints, int) \
                 or self.keep_checkpoints < 0:
             raise ConfigError(f"keep_checkpoints={self.keep_checkpoints!r} is invalid: expected an integer >= 0 "

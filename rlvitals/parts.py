@@ -54,7 +54,8 @@ def make_network(cfg: TrainConfig, obs_space, action_space) -> ActorCritic:
 
     try:
         net = ActorCritic(obs_space, action_space, cfg.hidden_sizes, image_network=cfg.image_network,
-                          normalize_observations=cfg.normalize_observations, normalize_clip=cfg.normalize_clip)
+                          normalize_observations=cfg.normalize_observations, normalize_clip=cfg.normalize_clip,
+                          recurrent_size=cfg.recurrent_size)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     net.seed(cfg.seed)
@@ -116,3 +117,19 @@ class DevicePolicy:
         params = self.net.policy_params(obs.to(self.device, non_blocking=True)).float().cpu()
         actions, logp = self.net.dist.sample(params, self.net.generator)
         return actions, params, logp
+
+    @property
+    def recurrent_size(self) -> int:
+        return self.net.recurrent_size
+
+    def initial_state(self, n: int) -> torch.Tensor:
+        return self.net.initial_state(n)
+
+    @torch.no_grad()
+    def act_recurrent(self, obs, state, starts):
+        """As `act`, one step on from each env's state; the state lives with the runner, on the host."""
+        dev = self.device
+        params, _, state = self.net.step(obs.to(dev, non_blocking=True), state.to(dev), starts.to(dev))
+        params = params.float().cpu()
+        actions, logp = self.net.dist.sample(params, self.net.generator)
+        return actions, params, logp, state.float().cpu()
