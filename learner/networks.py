@@ -281,7 +281,7 @@ class ActorCritic(nn.Module):
         """One step of n envs from their carried state: (params, values, the state after the step)."""
         x = self.normalized(obs)
         state = torch.cat([core.step(intake(x), state[:, 2 * i: 2 * i + 2], starts)
-                           for i, (core, intake) in enumerate(zip(self.cores, self._intakes()))], 1)
+                           for i, (core, intake) in enumerate(zip(self.cores, self._intakes(), strict=True))], 1)
         return self._policy_head(state[:, 0]), self._value_head(state[:, -2]), state
 
     def replay(self, obs: torch.Tensor, starts: torch.Tensor, state: torch.Tensor, final: bool = False):
@@ -291,7 +291,7 @@ class ActorCritic(nn.Module):
         length, n = starts.shape
         x = self.normalized(obs.reshape(length * n, *obs.shape[2:]))
         outputs, finals = [], []
-        for i, (core, intake) in enumerate(zip(self.cores, self._intakes())):
+        for i, (core, intake) in enumerate(zip(self.cores, self._intakes(), strict=True)):
             h, last = core.replay(intake(x).reshape(length, n, -1), starts, state[:, 2 * i: 2 * i + 2], final)
             outputs.append(h)
             finals.append(last)
