@@ -27,6 +27,12 @@ counted at the lowest level since it was built, and gives
 were dropped by the actor with a reason (0 in a correct run); in Ray mode it
 also names the actor processes whose steps went missing.
 
+`WeightLoads` sees every rollout as it arrives, with the weight loads its actor
+counted at the network (cumulative, since the incarnation started) and the
+versions the driver published, and gives `inv_weight_loads_per_published_version`:
+loads of a version already loaded, loads of a version never published, and
+rollouts acted by a version never published (0 in a correct run), naming the actors.
+
 Nothing here reads the clock: a fast and a slow machine see the same statistics
 after the same batches.
 """
@@ -34,9 +40,12 @@ after the same batches.
 from __future__ import annotations
 
 import math
+from array import array
+from bisect import bisect_left
 from collections import deque
+from types import SimpleNamespace
 
-from rlvitals.telemetry.attribution import who_broke
+from rlvitals.telemetry.attribution import actor_name, who_broke
 
 DROP_WINDOW = 16
 """Arrivals over which the share of dropped samples is taken."""
@@ -46,6 +55,9 @@ MEMORY_POINTS = 256
 MEMORY_MIN_GROWTH = 48 * 2 ** 20
 """Growth over the judged window below which memory is not judged: allocator noise, caches filling."""
 MEMORY_MIN_POINTS = 32
+
+ORDER_SLACK = 1024
+"""Records of one witness kept waiting for an earlier delivery at most (beyond them, not judged)."""
 
 ROLLOUT_SLACK = 4
 """Rollouts a correct learner may hold beyond its queue: the batch in hand, one arriving, a concat's parts."""
@@ -163,11 +175,18 @@ class WitnessedSteps:
     still in flight. Nothing is in flight ahead of an arriving record: a runner collects one rollout at a time and
     the driver takes each actor's finished rollouts earliest-requested first. So the difference is 0 in a correct
     run; an actor that collects a rollout and drops or keeps it without counting it (its own counters agree with
-    themselves) shows a difference of that rollout's steps on its next delivery."""
+    themselves) shows a difference of that rollout's steps on its next delivery.
+
+    The order the driver takes rollouts in is the consumer's, not the actor's: a record that arrives ahead of one
+    its actor delivered before it (the actor's `delivered` count says which) waits until those have arrived, so a
+    learner loop that takes rollouts out of order is not blamed on the actor."""
 
     def __init__(self):
         self.received: dict[int, int] = {}
         """Witness origin -> env steps of its records that arrived."""
+        self.waiting: dict[int, dict[int, tuple]] = {}
+        """Witness origin -> {its actor's delivery number: (record, dropped steps, producer)} arrived ahead of order."""
+        self.next_delivery: dict[int, int] = {}
         self._gap: int | None = None
         self.tally: dict[str, list[int]] = {}
         """Producer (Ray actor incarnation) -> [arrivals with steps unaccounted for, arrivals]."""
@@ -179,7 +198,28 @@ class WitnessedSteps:
         if len(records) != 1:
             return   # unwitnessed, or joined already: not one runner's evidence
         rec = records[0]
-        dropped = sum(int(c.get("dropped_steps", 0)) for c in getattr(rollout, "actor_counters", ()) or ())
+        counters = getattr(rollout, "actor_counters", ()) or ()
+        dropped = sum(int(c.get("dropped_steps", 0)) for c in counters)
+        delivered = [int(c["delivered"]) for c in counters if "delivered" in c]
+        if len(delivered) != 1:
+            self._judge(rec, dropped, producer)
+            return
+        number, waiting = delivered[0], self.waiting.setdefault(rec.origin, {})
+        expected = self.next_delivery.get(rec.origin, 1)   # an incarnation's first delivery is its 1st
+        if number < expected:       # an earlier one, or an actor that numbers nothing: judged as it comes
+            self._judge(rec, dropped, producer)
+            return
+        # Records ahead of one still in flight wait for it however long: it is not lost, the learner has not taken
+        # it (a loop that hoards finished work is judged by learner_waits_while_ready, not blamed on the actor).
+        if len(waiting) < ORDER_SLACK:
+            waiting[number] = (SimpleNamespace(origin=rec.origin, steps=rec.steps, steps_total=rec.steps_total),
+                               dropped, producer)
+        while expected in waiting:
+            self._judge(*waiting.pop(expected))
+            expected += 1
+        self.next_delivery[rec.origin] = expected
+
+    def _judge(self, rec, dropped: int, producer: str) -> None:
         self.received[rec.origin] = self.received.get(rec.origin, 0) + rec.steps
         gap = abs(rec.steps_total - self.received[rec.origin] - dropped)
         self._gap = gap if self._gap is None else max(self._gap, gap)
@@ -196,6 +236,69 @@ class WitnessedSteps:
             notes = {p: f" (up to {n} env steps it took neither delivered nor dropped with a reason)"
                      for p, n in self.worst.items()}
             out["env_steps_accounted_named"] = who_broke(self.tally, "rollouts", notes)
+        return out
+
+
+class WeightLoads:
+    """Per arriving rollout: the weight loads its actor incarnation counted, against the versions the driver published.
+
+    The driver publishes the learner's network under its age and hands the newest publication with each request; the
+    versions one actor is handed never go back. A correct actor loads a version the first time it is handed it and
+    acts with what it loaded. So each incarnation loads every version at most once (its loads equal the distinct
+    versions it loaded), loads only published versions, and every rollout's network age was published. The actor
+    counts its loads at the network itself (a load-state hook: whoever loads, it is counted) and stamps the counts on
+    every rollout it delivers (distributed/accounting.py); the driver checks them against its publications."""
+
+    def __init__(self):
+        self.ages = array("q")
+        """Network ages published, ascending (a long run publishes one per update: 8 bytes each)."""
+        self.repeats: dict[str, int] = {}
+        """Producer -> the loads of an already loaded version its counters showed last."""
+        self._excess: int | None = None
+        self.tally: dict[str, list[int]] = {}
+        """Producer -> [rollouts whose counters show a load or an action out of order, rollouts arrived]."""
+        self.worst: dict[str, int] = {}
+        self.kinds: dict[str, set[str]] = {}
+
+    def published(self, age: int) -> None:
+        """The driver published the learner's network of this age for the actors."""
+        if not self.ages or age > self.ages[-1]:
+            self.ages.append(age)
+        elif not self.was_published(age):    # never in a run (ages only grow), kept correct all the same
+            self.ages.insert(bisect_left(self.ages, age), age)
+
+    def was_published(self, age: int) -> bool:
+        i = bisect_left(self.ages, age)
+        return i < len(self.ages) and self.ages[i] == age
+
+    def arrived(self, rollout) -> None:
+        """An actor's rollout arrived (before any joining), learned from or about to be dropped."""
+        for counters in getattr(rollout, "actor_counters", ()) or ():
+            if "weight_loads" not in counters:
+                continue
+            producer = actor_name(counters["actor"], counters["pid"])
+            repeats = int(counters["weight_loads"]) - int(counters["versions_loaded"])
+            again = max(0, repeats - self.repeats.get(producer, 0))   # cumulative: new ones since the last seen
+            self.repeats[producer] = max(repeats, self.repeats.get(producer, 0))
+            unpublished = sum(not self.was_published(int(v)) for v in counters.get("loaded_versions", ()))
+            acted = 0 if self.was_published(int(rollout.policy_age)) else 1
+            kinds = self.kinds.setdefault(producer, set())
+            for kind, n in (("loaded a version again", again), ("loaded a version never published", unpublished),
+                            ("acted with a version never published", acted)):
+                if n:
+                    kinds.add(kind)
+            amount = again + unpublished + acted
+            self._excess = amount if self._excess is None else max(self._excess, amount)
+            count_producer(self.tally, self.worst, producer, amount)
+
+    def take_statistic(self) -> dict:
+        """The most out-of-order loads and actions one arrival showed since the last take; once any, who."""
+        out: dict = {}
+        if self._excess is not None:
+            out["inv_weight_loads_per_published_version"], self._excess = float(self._excess), None
+        if self.worst:
+            notes = {p: f" ({', '.join(sorted(self.kinds[p]))})" for p in self.worst}
+            out["weight_loads_per_published_version_named"] = who_broke(self.tally, "rollouts", notes)
         return out
 
 

@@ -46,9 +46,10 @@ MEASURED_KEYS = ("wall_seconds", "rss_bytes", "inv_memory_per_sample", "inv_lear
 """Row keys read from the machine (clock, memory and memory's growth per sample, the learner's needless waits,
 the actor's inference phase against its forward pass): different in every repetition of a run."""
 
-MODE_KEYS = ("inv_actor_accounting", INVARIANTS_BY_NAME["memory_per_sample"].names_key)
-"""Row keys only one mode writes (the Ray actors' own counters; which process's memory grows, by pid): a Ray run
-replaying local mode has them besides."""
+MODE_KEYS = ("inv_actor_accounting", INVARIANTS_BY_NAME["memory_per_sample"].names_key,
+             "inv_weight_loads_per_published_version")
+"""Row keys only one mode writes (the Ray actors' own counters and weight loads; which process's memory grows, by
+pid): a Ray run replaying local mode has them besides."""
 
 RowObserver = Callable[[dict], None]
 

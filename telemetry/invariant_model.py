@@ -15,7 +15,8 @@ ATTRIBUTED_FAMILIES = ("sampling", "boundary")
 whose batches break one are named (telemetry/attribution.py)."""
 ACROSS_BATCHES = ("streams_independent",)
 """Of those, the invariants judged on the whole run's data (every stream's resets), not on one batch."""
-NAMED_PROCESS = ("memory_per_sample", "weights_current_at_request", "env_steps_accounted")
+NAMED_PROCESS = ("memory_per_sample", "weights_current_at_request", "env_steps_accounted",
+                 "weight_loads_per_published_version")
 """Invariants judged on each process's own evidence outside a batch's data: the run names the processes."""
 
 FAMILIES = {

@@ -50,7 +50,7 @@ STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("distribution", "the action distribution's formulas, which actor and learner share",
      ("distribution_as_defined",)),
     ("weights", "the weights the actors act with, against the learner's as published and requested",
-     ("weights_as_stamped", "weights_current_at_request", "weights_frozen")),
+     ("weights_as_stamped", "weights_current_at_request", "weights_frozen", "weight_loads_per_published_version")),
     ("record", "what the actor stores, against what the env received and returned",
      ("boundary_observations", "boundary_actions", "boundary_rewards", "boundary_episode_ends", "boundary_resets",
       "boundary_step_count", "acted_on_stored_observation", "running_returns_recomputed")),

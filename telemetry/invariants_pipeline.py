@@ -39,6 +39,22 @@ PIPELINE_INVARIANTS: tuple[Invariant, ...] = (
         "learned from or dropped as stale. Statistic: the most learner steps a rollout acted behind its "
         "request, over the rollouts since the last update; exact counts, no false alarm."),
     Invariant(
+        "weight_loads_per_published_version", "pipeline", "weight-sync", 0.0, 1,
+        "Actors load weights again, or load or act with a version never published",
+        "Ray mode: an actor incarnation's own count of the loads into its network (counted at the network, "
+        "whoever loads) says it loaded a network version it had loaded before (deserialising and loading the same "
+        "weights again: a cache check that compares the wrong thing, a load on every request), loaded a version the "
+        "driver never published, or acted with one (its own version bookkeeping, an off-by-one in the age it "
+        "loads under, weights from elsewhere). The verdict names the actor processes and which it was.",
+        "The driver publishes the learner's network under its age and hands the newest publication with each "
+        "request, so the versions one actor is handed never go back; a correct actor loads a version when it is "
+        "first handed it and acts with what it loaded. So its loads equal the distinct versions it loaded, each "
+        "of them published, and every rollout's network age was published. The counts are cumulative per "
+        "incarnation (a restarted actor is a new one, which loads afresh) and travel with every rollout. "
+        "Statistic: the most such loads and actions one arriving rollout showed since the last update; exact "
+        "counts, no false alarm. weights_as_stamped compares what acted with a published age's fingerprint and "
+        "cannot judge an age never published; weights_current_at_request sees only ages older than requested."),
+    Invariant(
         "memory_per_sample", "pipeline", "memory", 64.0, 1,
         "Memory in use grows with every sample processed",
         "A process's memory in use (private resident memory less the allocator's free bytes) rose by more than "
@@ -83,29 +99,31 @@ PIPELINE_INVARIANTS: tuple[Invariant, ...] = (
         "dropped as stale; a restarted actor has a new witness. Statistic: the largest difference in env steps "
         "over the arrivals since the last update; exact counts, no false alarm."),
     Invariant(
-        "learner_waits_while_ready", "pipeline", "throughput", 0.1, 4,
+        "learner_waits_while_ready", "pipeline", "learner", 0.1, 4,
         "The learner waits while finished rollouts are ready",
-        "Ray async mode: when the learner started waiting for its next batch a finished rollout was already "
-        "there, yet it stayed blocked well beyond fetching it, update after update: the learner's loop waits "
-        "on something else first (a barrier on every request in flight, the oldest or newest request, a "
-        "sleep) while actors' work sits unused. Look at the learner's `wait` phase and the actors' "
-        "`work_wait` phase (rlvitals_actor_phase_seconds_total): both grow together.",
-        "A zero-timeout ray.wait at the start of the learner's wait (or a rollout already prefetched) says "
-        "whether a finished rollout is ready; if so, a correct loop takes it and blocks only while the "
-        "fetching thread gets and unpacks it. Statistic: the seconds the learner stayed blocked beyond that "
-        "fetch (timed in the fetching thread), as a share of its loop since the previous wait began; the "
-        "largest over the waits since the last update; not measured when nothing was ready, in synchronous "
-        "Ray mode (which waits for every actor by design) and in local mode (which collects its own). What "
-        "remains in a correct loop is two non-blocking ray.wait calls and a thread hand-off: under a "
-        "millisecond on an idle machine, up to 8 ms at load average 11 on 2 cores, against a loop of one "
-        "update (tens of milliseconds on a GPU, hundreds on a loaded CPU). Healthy async CartPole runs on "
-        "that loaded 2-core machine read a median of 0 and at most 0.021 over 156 measured updates (2 "
-        "actors; 3 actors with seeds 0 and 1), none above half the limit. A false alarm needs the learner "
-        "stalled inside those calls for a tenth of its loop on 4 measured updates in a row: with the "
-        "observed per-update rate below 1/156, under 2e-9 per update if stalls were independent (a machine "
-        "frozen for seconds, one stall seen on consecutive updates, is the residual risk). A learner that "
-        "waits for every request in flight reads a median of 0.2 (0.07 to 0.5) on the same machine, the "
-        "share of one rollout's collection in the learner's loop, and more where the learner is faster.",
+        "Ray async mode: the learner stayed blocked waiting for its next batch while a rollout its actor had "
+        "already finished (by the actor's own completion stamp) sat untaken, update after update: the learner's "
+        "loop waits on something else first (a barrier on every request in flight, one particular request, a "
+        "readiness poll that says nothing is ready, a sleep) while actors' work sits unused. Look at the learner's "
+        "`wait` phase and the actors' `work_wait` phase (rlvitals_actor_phase_seconds_total): both grow together.",
+        "Each actor stamps the wall-clock time it finished a rollout, so the evidence is the producers', not the "
+        "loop's own poll (a loop whose poll is wrong would judge itself). A correct loop, blocked, takes the first "
+        "rollout that finishes: it is blocked after that rollout's stamp only while the rollout travels back (the "
+        "actor's return and Ray's notice, milliseconds) and while it is fetched (ray.get and unpacking, timed "
+        "and not counted). Statistic: the union of the blocked stretches after a stamp (plus 5 ms for clocks of "
+        "two hosts) and before that rollout's fetch began, as a share of the learner's loop since the previous "
+        "update; not measured in synchronous Ray mode (which waits for every actor by design) and in local mode "
+        "(which collects its own). A share of the loop, not seconds: a slow and a fast machine read the same. "
+        "Healthy async CartPole runs (2 actors; 4 actors with 2 rollouts in flight each), on an idle and on a "
+        "loaded 2-core machine (load average 4 to 7), read a median of 0 and at most 0.047 over 188 measured "
+        "updates, half the limit, with a quarter of each rollout's work allowed for its travel back (travel "
+        "measured 1 to 2% of it; with a flat 5 ms only, 4 actors read up to 0.2). A false alarm needs the travel "
+        "of a finished rollout to take a quarter of its collection and a tenth of the learner's loop on 4 "
+        "measured updates in a row. A loop that waits for every request in "
+        "flight reads a median of 0.3 (0.22 to 0.64) on the same machine, the share of one rollout's collection in "
+        "the learner's loop; one whose poll says nothing is ready and that waits for its newest request reads 0.26 "
+        "to 0.45: finished work its actor reported (the stamps of earlier deliveries travel with each rollout) "
+        "counts while it stays untaken.",
         severity="warning"),
     Invariant(
         "run_without_updates", "pipeline", "throughput", 0.0, 1,

@@ -25,7 +25,8 @@ RUNBOOK_BASE = "docs/health.md"
 DASHBOARD = {"policy": "rlvitals-learning", "value": "rlvitals-learning", "returns": "rlvitals-learning",
              "optimizer": "rlvitals-learning", "telemetry": "rlvitals-learning",
              "preprocessing": "rlvitals-learning", "actor": "rlvitals-systems", "env": "rlvitals-learning",
-             "weight-sync": "rlvitals-systems", "memory": "rlvitals-systems", "throughput": "rlvitals-systems"}
+             "weight-sync": "rlvitals-systems", "memory": "rlvitals-systems", "throughput": "rlvitals-systems",
+             "learner": "rlvitals-systems"}
 
 
 def alert(rule: Rule) -> dict:

@@ -21,6 +21,7 @@ COMPONENTS: dict[str, str] = {
     "value": "the value head, its loss and its gradient",
     "policy": "the policy loss, advantages as the policy sees them, the entropy bonus",
     "optimizer": "learning rate, optimizer state, gradient clipping, parameter updates",
+    "learner": "the learner's loop: taking the batches actors finished as soon as they are ready",
     "weight-sync": "publishing the learner's weights to actors and staleness of samples",
     "memory": "memory that grows without bound",
     "throughput": "a stalled or starved part of the pipeline",

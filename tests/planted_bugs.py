@@ -859,7 +859,7 @@ INVARIANT_BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("ray_value_head_left_out_of_the_optimizer", "optimizer", "run", value_head_left_out_of_the_optimizer,
                overrides=RAY, mode="ray", invariant="optimizer_coverage",
                what="Ray mode: the learner's optimizer misses the value head"),
-    PlantedBug("ray_learner_waits_for_every_request", "throughput", "run", learner_waits_for_every_request,
+    PlantedBug("ray_learner_waits_for_every_request", "learner", "run", learner_waits_for_every_request,
                overrides=RAY, mode="ray", invariant="learner_waits_while_ready",
                what="Ray async mode: the learner waits for every request in flight before taking a ready batch"),
 )
@@ -876,8 +876,9 @@ DOCTOR_BUGS: tuple[PlantedBug, ...] = (
 
 from planted_env_stages import ENV_STAGE_BUGS  # noqa: E402  (they import the helpers above)
 from planted_learner_stages import LEARNER_STAGE_BUGS  # noqa: E402
+from planted_ray_stages import RAY_STAGE_BUGS  # noqa: E402
 
-STAGE_BUGS = LEARNER_STAGE_BUGS + ENV_STAGE_BUGS
+STAGE_BUGS = LEARNER_STAGE_BUGS + ENV_STAGE_BUGS + RAY_STAGE_BUGS
 """Designed from the stages' complements (issue 31): each breaks one stage's output given its own inputs."""
 
 BUGS = LAST_ROUND + INVARIANT_BUGS + DOCTOR_BUGS + STAGE_BUGS

@@ -27,7 +27,7 @@ An incarnation that died is judged on the last counters it sent.
 from __future__ import annotations
 
 import time
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 
 from rlvitals.telemetry.attribution import actor_name
 from rlvitals.telemetry.invariants import BY_NAME as INVARIANTS_BY_NAME
@@ -38,6 +38,8 @@ from .peers import PeerSpeeds
 
 MEMORY_LIMIT = INVARIANTS_BY_NAME["memory_per_sample"].limit
 """Bytes per sample beyond which an incarnation's growth breaks memory_per_sample."""
+FINISHED_KEPT = 8
+"""Completion stamps of earlier deliveries that travel with each rollout."""
 PHASES = ("env_step", "inference", "weight_wait", "work_wait", "other")
 """Where an actor's seconds go (the `phase` values of rlvitals_actor_phase_seconds_total): stepping envs, the
 policy's forward pass, waiting for and loading weights, waiting for work (no request in hand: the rollout it
@@ -69,6 +71,28 @@ class ActorCounters:
         self._mark = self.born
         self._ready = now           # start-up (other) ends here; waiting for the first request begins
         self._task: float | None = None
+        self.weight_loads = self.versions_loaded = 0
+        """Loads into the acting network, and how many of them loaded a version newer than any loaded before."""
+        self.newest_loaded = -1
+        self.finished: deque = deque(maxlen=FINISHED_KEPT)
+        """(delivery number, completion stamp, seconds of work) of the latest rollouts delivered: the driver learns
+        from them when work it has not taken was ready (distributed/readiness.py)."""
+        self.loaded_since: list[int] = []
+        """The versions loaded since the last delivery (they travel with the next rollout delivered)."""
+
+    def stamp(self, rollout, work_s: float) -> None:
+        """The rollout goes back now: its completion stamp (time.time()), on it and on the next ones delivered."""
+        rollout.timings["finished_at"] = stamp = time.time()
+        self.finished.append((self.delivered, stamp, work_s))
+
+    def loaded(self, version: int) -> None:
+        """Weights of network age `version` were loaded into the network that acts. The versions an actor is
+        handed never go back, so a load that is not newer than every earlier one loads a version again."""
+        self.weight_loads += 1
+        if version > self.newest_loaded:
+            self.versions_loaded += 1
+            self.newest_loaded = version
+        self.loaded_since.append(version)
 
     def task_started(self) -> float:
         """A request arrived: the wait for it ends now (returned: now)."""
@@ -103,6 +127,7 @@ class ActorCounters:
         self.delivered += 1
         self.samples += rollout.env_steps
         rollout.actor_counters = (self.snapshot(),)
+        self.loaded_since = []
         self._task = None
         self._ready = time.perf_counter()
 
@@ -118,7 +143,9 @@ class ActorCounters:
             seconds["work_wait"] += now - self._ready
         return {"actor": self.actor_id, "pid": self.pid, "produced": self.produced, "delivered": self.delivered,
                 "dropped": dict(self.dropped), "dropped_steps": self.dropped_steps, "seconds": seconds,
-                "wall": time.time() - self.born_wall, "samples": self.samples, "memory": memory_in_use()}
+                "wall": time.time() - self.born_wall, "samples": self.samples, "memory": memory_in_use(),
+                "weight_loads": self.weight_loads, "versions_loaded": self.versions_loaded,
+                "loaded_versions": tuple(self.loaded_since), "finished": tuple(self.finished)}
 
 
 class ActorAccounts:

@@ -16,6 +16,7 @@ from rlvitals.learner.transfer import pin_rollout
 
 from ..archive import RunArchive
 from ..config import TrainConfig
+from ..evidence import WeightLoads
 from ..parts import env_spaces, seed_everything
 from ..rows import RowObserver
 from ..run import Run, run_info
@@ -30,11 +31,13 @@ class SyncRollouts:
 
     def __init__(self, run: Run, fleet: Fleet):
         self.run, self.fleet, self.ray = run, fleet, fleet.ray
-        self.accounts = run.actor_accounts = ActorAccounts()
+        self.accounts, self.loads = ActorAccounts(), WeightLoads()
+        run.actor_accounts = DriverStatistics(self.accounts, self.loads)
 
     def next(self) -> Rollout:
         run, fleet, ray = self.run, self.fleet, self.ray
         weights, weights_age = fleet.publish(run.net)
+        self.loads.published(weights_age)
         requested_age = run.net.age     # every request of the round, restarts' included
         with run.telemetry.phase("publish"):  # the fingerprint of the weights handed out
             run.weights_handed_out()
@@ -47,6 +50,7 @@ class SyncRollouts:
                 try:
                     rollouts[task[0]] = ray.get(ready[0])
                     self.accounts.arrived(rollouts[task[0]])
+                    self.loads.arrived(rollouts[task[0]])
                     run.acted(requested_age, rollouts[task[0]], weights_age)
                 except ray.exceptions.RayError as exc:
                     fleet.actor_failed(task, exc)
@@ -80,15 +84,17 @@ class AsyncRollouts:
         self.run, self.fleet, self.ray = run, fleet, fleet.ray
         self.per_actor = run.cfg.rollouts_in_flight
         self.capacity = fleet.num_actors * self.per_actor
-        self.weights, self.weights_age = fleet.publish(run.net)
+        self.loads = WeightLoads()
+        self.weights, self.weights_age = self._publish()
         run.weights_handed_out()
         self.in_flight: dict = {}
         """object ref of a requested rollout -> task (actor index, generation)."""
         self.request_ages: dict = {}
-        """object ref of a requested rollout -> (the learner's network age then, the age of the weights handed)."""
+        """object ref of a requested rollout -> (the learner's network age then, the age of the weights handed,
+        time.time() of the request)."""
         self.accounts = ActorAccounts()
         self.waits = ReadyWaits()
-        run.actor_accounts = DriverStatistics(self.accounts, self.waits)
+        run.actor_accounts = DriverStatistics(self.accounts, self.waits, self.loads)
         self.owed: int | None = None
         self.fetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-fetch")
         self.prefetched: tuple | None = None
@@ -100,14 +106,19 @@ class AsyncRollouts:
     def _submit(self, i: int) -> None:
         ref, task = self.fleet.submit(i, self.weights, self.weights_age)
         self.in_flight[ref] = task
-        self.request_ages[ref] = (self.run.net.age, self.weights_age)
+        self.request_ages[ref] = (self.run.net.age, self.weights_age, time.time())
+
+    def _publish(self) -> tuple[list, int]:
+        weights, age = self.fleet.publish(self.run.net)
+        self.loads.published(age)
+        return weights, age
 
     def next(self) -> Rollout | None:
         """The next batch to learn from; None when the one that arrived was dropped as stale."""
         run, fleet, ray = self.run, self.fleet, self.ray
         if self.owed is not None:
             if run.learner is not None:
-                self.weights, self.weights_age = fleet.publish(run.net)
+                self.weights, self.weights_age = self._publish()
             with run.telemetry.phase("publish"):
                 if run.learner is not None:
                     run.weights_handed_out()
@@ -115,18 +126,23 @@ class AsyncRollouts:
             self.owed = None
         while True:
             with run.telemetry.phase("wait"):
-                self.waits.waiting(self._ready_now())
+                blocked_from = time.time()
                 ref, task, fetched = self._take()
-                requested_age, handed_age = self.request_ages.pop(ref)
+                requested_age, handed_age, _ = self.request_ages.pop(ref)
                 try:
-                    rollout, fetch_s = fetched.result()
+                    rollout, fetch = fetched.result()
                 except ray.exceptions.RayError as exc:
+                    self.waits.blocked(blocked_from, time.time())
                     fleet.actor_failed(task, exc)  # resubmitted once its endpoint answers
                     continue
-                self.waits.took(fetch_s)
+                self.waits.blocked(blocked_from, time.time(), fetch)
                 depth = self._prefetch()
             with run.telemetry.phase("bookkeeping"):
+                self.waits.arrived(rollout.timings, fetch[0], rollout.actor_counters)
+                if self.request_ages:   # requests are kept in the order they were made: the first is the oldest
+                    self.waits.forget_before(next(iter(self.request_ages.values()))[2])
                 self.accounts.arrived(rollout)
+                self.loads.arrived(rollout)
                 run.acted(requested_age, rollout, handed_age)
                 run.queue(depth, self.capacity)
                 if run.net.age - rollout.policy_age > run.cfg.max_staleness:
@@ -137,12 +153,6 @@ class AsyncRollouts:
                     return None
             self.owed = task[0]
             return rollout
-
-    def _ready_now(self) -> bool:
-        """A finished rollout is there to take (prefetched, or finished and not yet fetched)."""
-        if self.prefetched is not None:
-            return True
-        return bool(self.in_flight) and bool(self.ray.wait(list(self.in_flight), num_returns=1, timeout=0)[0])
 
     def _take(self) -> tuple:
         """(ref, task, future) of the next rollout: the one prefetched, or the earliest-requested to finish."""
@@ -167,12 +177,12 @@ class AsyncRollouts:
     def _fetch(self, ref) -> tuple:
         return ref, self.in_flight.pop(ref), self.fetcher.submit(self._get, ref)
 
-    def _get(self, ref) -> tuple[Rollout, float]:
-        """In the fetching thread: the rollout unpacked, and for a CUDA learner staged in pinned memory; the
-        seconds that took (the part of the learner's wait that a ready rollout still costs)."""
-        started = time.perf_counter()
+    def _get(self, ref) -> tuple[Rollout, tuple[float, float]]:
+        """In the fetching thread: the rollout unpacked, and for a CUDA learner staged in pinned memory; when
+        (time.time()) that began and ended: a learner blocked meanwhile is paying the cost of taking ready work."""
+        started = time.time()
         rollout = pin_rollout(self.ray.get(ref), self.run.device)
-        return rollout, time.perf_counter() - started
+        return rollout, (started, time.time())
 
     def _finished(self, known=None) -> list:
         return finished_in_request_order(self.ray, self.in_flight, known)
@@ -224,7 +234,8 @@ def finished_in_request_order(ray, requested: Iterable, known=None) -> list:
 
 
 class DriverStatistics:
-    """The `inv_*` statistics the driver measures per update: the actors' accounting, the learner's waits."""
+    """The `inv_*` statistics the driver measures per update: the actors' accounting, the learner's waits, the
+    actors' weight loads."""
 
     def __init__(self, *sources):
         self.sources = sources

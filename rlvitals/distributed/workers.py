@@ -21,6 +21,7 @@ from ..config import TrainConfig
 from ..env_preflight import atari_options
 from ..parts import make_agent, make_network, return_discount, seed_everything
 from .accounting import ActorCounters
+from .readiness import WORK_PHASES
 
 RESTART_SEED_STRIDE = 104_729
 """Run seeds between an actor's incarnations: each life draws its own episodes."""
@@ -71,6 +72,10 @@ class RolloutWorker:
         self.telemetry = start_telemetry("actor", cfg.verbosity, host=host, port=0, run_info=run_info,
                                          extra_labels=extra)
         self.accounting = ActorCounters(actor_id, os.getpid(), born)  # every second since `born` is in a phase
+        # Every load into the network that acts is counted where it happens, whoever calls it: the version is the
+        # age the loaded state carries (its buffer; the plain int is set after the hooks run).
+        self.net.register_load_state_dict_post_hook(
+            lambda net, _keys: self.accounting.loaded(int(net.age_buffer)))
 
     def endpoint(self) -> dict:
         return {"actor_id": self.actor_id, "address": endpoint_address(self.telemetry), "pid": os.getpid(),
@@ -99,6 +104,9 @@ class RolloutWorker:
             self.accounting.dropped_one(type(exc).__name__, rollout)
             raise
         self.accounting.deliver(rollout)
+        # The producer's own completion stamp, the last thing before the rollout goes back: the driver judges the
+        # learner's waits against it, not against its own view of what is ready (readiness.py).
+        self.accounting.stamp(rollout, sum(rollout.timings.get(p, 0.0) for p in WORK_PHASES))
         return rollout
 
     def counters(self) -> dict:
