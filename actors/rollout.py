@@ -83,6 +83,8 @@ class Rollout:
     initial_starts: torch.Tensor | None = None
     """[N] bool: obs[0] begins an episode, so the state is zeroed before the first step (recurrent only). Later
     starts follow from `valid`: the step after a reset transition begins an episode."""
+    sequence: int = -1
+    """The producing runner's count of rollouts before this one (-1: unknown, or parts of differing counts)."""
     state_age: int = -1
     """Age of the network that computed `initial_state` (the previous rollout's; -1: the empty initial state)."""
     witness: tuple = ()
@@ -151,6 +153,7 @@ class Rollout:
             initial_state=_envs_side_by_side(rollouts, "initial_state"),
             initial_starts=_envs_side_by_side(rollouts, "initial_starts"),
             state_age=min(r.state_age for r in rollouts),
+            sequence=rollouts[0].sequence if len({r.sequence for r in rollouts}) == 1 else -1,
             actor_counters=tuple(c for r in rollouts for c in r.actor_counters))
 
 

@@ -82,13 +82,15 @@ class EnvRunner:
         self.return_discount = return_discount
         """Reward scaling: the discount of the running return each rollout carries (None: not kept)."""
         self.discounted_return = np.zeros(num_envs, dtype=np.float64)
-        self.forward_cost = ForwardCost()
         self.state: torch.Tensor | None = None
         """A recurrent policy's state of each env [N, 2, H], carried across rollouts (None: none yet)."""
         self.starting = np.ones(num_envs, dtype=bool)
         """The next step begins an episode: a recurrent policy's state is zeroed before it."""
         self.state_age = -1
         """Age of the network that computed `state` (-1: the empty state)."""
+        self.rollouts_collected = 0
+        """Rollouts this runner made so far: each rollout's sequence number."""
+        self.forward_cost = ForwardCost()
         """The reference the inference phase is judged against (actors/inference_cost.py)."""
 
     @staticmethod
@@ -168,16 +170,16 @@ class EnvRunner:
         # The weights cannot change during a collection: one fingerprint of what acted, for the learner to check.
         checksums = (policy.weights_checksum(),) if hasattr(policy, "weights_checksum") else ()
         self.witness.begin(T)
-        self.forward_cost.measure(policy, self.obs)
-
-        for t in range(T):
-            obs_buf[t] = self.obs
         recurrent = getattr(policy, "recurrent_size", 0) > 0
         if not recurrent:
             self.state = None
         elif self.state is None:
             self.state = policy.initial_state(n)
         initial = (self.state.clone(), torch.from_numpy(self.starting.copy()), self.state_age) if recurrent else None
+        self.forward_cost.measure(policy, self.obs)
+
+        for t in range(T):
+            obs_buf[t] = self.obs
             valid[t] = ~self.prev_done
             t0, cpu0 = time.perf_counter(), time.process_time()
             with torch.no_grad():
@@ -230,6 +232,7 @@ class EnvRunner:
                 self.episode_return[done] = 0.0
                 self.episode_length[done] = 0
             self.prev_done = term | trunc
+            self.starting = ~valid[t]   # a reset transition's next observation begins an episode
         obs_buf[T] = self.obs
 
         episodes = EpisodeStats(
@@ -237,7 +240,6 @@ class EnvRunner:
             lengths=np.concatenate(done_lengths) if done_lengths else np.zeros(0, np.int64),
             successes=np.concatenate(successes) if successes else np.zeros(0),
         )
-            self.starting = ~valid[t]   # a reset transition's next observation begins an episode
         return Rollout(
             obs=torch.from_numpy(obs_buf), actions=actions, rewards=torch.from_numpy(rewards),
             terminated=torch.from_numpy(terminated), truncated=torch.from_numpy(truncated),
@@ -248,16 +250,13 @@ class EnvRunner:
             valid_count=int(valid.sum()), weights_checksums=checksums,
             discounted_returns=None if returns is None else torch.from_numpy(returns),
             witness=(self.witness.take(),),
+            **self._recurrent_fields(initial, age), sequence=self._next_sequence(),
         )
 
-    def close(self) -> None:
-        self.env.close()
+    def _next_sequence(self) -> int:
+        self.rollouts_collected += 1
+        return self.rollouts_collected - 1
 
-
-def _successes(info: dict, done: np.ndarray) -> np.ndarray:
-            **self._recurrent_fields(initial, age),
-    """Success flags of the finished episodes whose env reports one; empty otherwise."""
-    for key in ("is_success", "success"):
     def _recurrent_fields(self, initial: tuple | None, age: int) -> dict:
         """A recurrent policy's record of the rollout: the state each env began with, whether its first step
         began an episode, and the age of the network that computed that state. The next rollout's state is
@@ -268,6 +267,13 @@ def _successes(info: dict, done: np.ndarray) -> np.ndarray:
         state, starts, state_age = initial
         return {"initial_state": state, "initial_starts": starts, "state_age": state_age}
 
+    def close(self) -> None:
+        self.env.close()
+
+
+def _successes(info: dict, done: np.ndarray) -> np.ndarray:
+    """Success flags of the finished episodes whose env reports one; empty otherwise."""
+    for key in ("is_success", "success"):
         if key in info:
             mask = np.asarray(info.get(f"_{key}", np.ones_like(done)), dtype=bool) & done
             return np.asarray(info[key], dtype=np.float64)[mask]

@@ -22,8 +22,8 @@ from .invariants import LearnerInvariants
 from .normalize import LearnerNormalization
 from .phases import PhaseLaps
 from .returns import vtrace
-from .step_sums import StepSums
 from .sequences import Sequences, episode_starts
+from .step_sums import StepSums
 from .transfer import first_nonfinite, head_positions, to_device, to_host, transferred
 
 
@@ -91,9 +91,9 @@ class _Batch:
     stats: dict
     """0-d statistics of the batch as it arrived."""
     activations: diag.ActivationProbe
-
     sequences: Sequences | None = None
     """A recurrent policy's batch as per-env sequences (None: feed-forward)."""
+
 
 @dataclass
 class _Update:
@@ -166,6 +166,7 @@ class PPOLearner:
         laps = PhaseLaps(self.device if self.sync_phases else None)
         tensors, index = self._transfer(rollout)
         laps.lap("transfer")
+        self.invariants.stamp(rollout, staleness)
         self.invariants.before_scaling(tensors)
         self.normalization.scale_rewards(tensors)
         batch = self._arrive(tensors, index, staleness)
@@ -208,6 +209,7 @@ class PPOLearner:
         with torch.no_grad():
             # Float32 even under mixed precision: the actors acted in float32, so on-policy ratios are 1 and
             # the consistency check stays exact (bfloat16 put 0.05 nats between learner and actor on an H100).
+            sequences = None
             with diag.ActivationProbe(net, enabled=self.debug) as activations:
                 if getattr(net, "recurrent_size", 0):   # each env's column replayed from its stored state
                     starts = episode_starts(r["initial_starts"], valid)
@@ -221,7 +223,6 @@ class PPOLearner:
             values, next_values = values_all[:T], values_all[1:]
             targets, advantages = vtrace(values, next_values, rewards, r["terminated"], done, log_rhos,
                                          s.gamma, s.gae_lambda, s.vtrace_rho_clip, s.vtrace_c_clip, valid)
-            sequences = None
             stats = self._scale_stats(rewards, targets, valid, done)
             stats.update(self._batch_stats(params, values, targets, advantages, rewards, r["terminated"], valid,
                                            done, stats.pop("min_target_std")))

@@ -20,6 +20,7 @@ from .optimisation import (
 )
 from .optimizer_step import AdamReference
 from .preprocessing import running_return_error, scaling_error, snapshot, statistics_error
+from .recurrent_state import RECURRENT_KEYS, RecurrentStateChecks
 from .sampling import sampling_statistics
 from .telemetry import arrival_disagreement, flat_target_spread, update_disagreement
 
@@ -30,7 +31,7 @@ KEYS = ("inv_sampling_logp", "inv_sampling_frequency", "inv_behaviour_record", "
         "inv_minibatch_coverage", "inv_optimizer_state_kept", "inv_gradient_clipped_as_configured",
         "inv_distribution_as_defined", "inv_value_loss_inputs", "inv_policy_loss_inputs",
         "inv_optimizer_step_as_configured", "inv_value_head_affine", "inv_observation_statistics_recomputed",
-        "inv_reward_scaling_recomputed", "inv_running_returns_recomputed")
+        "inv_reward_scaling_recomputed", "inv_running_returns_recomputed", *RECURRENT_KEYS)
 
 
 def is_sampled(update: int) -> bool:
@@ -72,6 +73,14 @@ class LearnerInvariants:
         """This update's distribution formulas are off their reference: what reads through them is not judged."""
         self.count = 0
         """The batch's valid samples (minibatch_coverage counts each one's steps from `steps`)."""
+        self.recurrent = RecurrentStateChecks()
+        self.rollout: tuple[dict, int] = ({}, -1)
+        """The arriving rollout's stamps (actor, sequence number, weights' and state's ages) and its staleness."""
+
+    def stamp(self, rollout, staleness: int) -> None:
+        """Before arrival: who produced the batch and with which weights (the recurrent state's checks)."""
+        self.rollout = ({"actor_id": rollout.actor_id, "sequence": rollout.sequence,
+                         "policy_age": rollout.policy_age, "state_age": rollout.state_age}, staleness)
 
     def before_scaling(self, tensors: dict) -> None:
         """The batch on the device, before its rewards are scaled (with reward normalisation on)."""
@@ -103,6 +112,8 @@ class LearnerInvariants:
             return
         valid, actions = r["valid"], r["actions"]
         T = valid.shape[0]
+        if getattr(learner.net, "recurrent_size", 0):   # the state first: every later stage reads through it
+            self.out.update(self.recurrent.arrival(learner.net, r, params_all, *self.rollout, index))
         flat = lambda x: x.reshape(T * valid.shape[1], *x.shape[2:]).index_select(0, index)  # noqa: E731
         self.behaviour_logp = flat(r["behaviour_logp"])
         params = params_all[:T]
@@ -159,6 +170,10 @@ class LearnerInvariants:
         self.out["inv_value_head_affine"] = value_head_coupling(values, getattr(learner.net, "value_bias", None))
         # What each loss was handed on this minibatch against what the stage before it produced (exact copies).
         h = self.handed
+        replayed = self.recurrent.first_minibatch(dist_params, mb) if getattr(learner.net, "recurrent_size", 0) else None
+        if replayed is not None:
+            self.out["inv_sequence_replay_recomputed"] = torch.fmax(self.out["inv_sequence_replay_recomputed"],
+                                                                    replayed)
         self.out["inv_value_loss_inputs"] = handoff_error([b.mb_targets[mb]], [h["targets"][mb]])
         self.out["inv_policy_loss_inputs"] = handoff_error(
             [b.mb_adv[mb], b.mb_logp[mb], b.mb_actions[mb], b.mb_params[mb]],
