@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-ATTRIBUTED_FAMILIES = ("sampling", "boundary")
+ATTRIBUTED_FAMILIES = ("sampling", "boundary", "state")
 """Families judged on one batch's data: in a Ray run, each actor's batches are judged apart, and the actors
 whose batches break one are named (telemetry/attribution.py)."""
 ACROSS_BATCHES = ("streams_independent",)
@@ -23,6 +23,7 @@ FAMILIES = {
     "sampling": "the actions in a batch are draws from the behaviour distribution the actor recorded for them, "
                 "and every env draws its own episodes",
     "boundary": "what the learner trains on is what the env emitted, under the declared rules",
+    "state": "a recurrent actor's state is stored, carried and reset as its episodes say",
     "dataflow": "the loss's inputs and gradients equal an independent recomputation from the rollout",
     "optimisation": "every parameter that gets a gradient is stepped, and no loss term starves the others",
     "telemetry": "every exported diagnostic agrees with an independent slow recomputation",

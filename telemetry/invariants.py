@@ -38,9 +38,10 @@ from .invariant_model import (  # noqa: F401  (the names every reader of the inv
 from .invariants_actor import ACTOR_INVARIANTS
 from .invariants_learner import LEARNER_INVARIANTS
 from .invariants_pipeline import PIPELINE_INVARIANTS
+from .invariants_recurrent import RECURRENT_INVARIANTS
 from .verdicts import COMPONENTS, SEVERITIES
 
-INVARIANTS: tuple[Invariant, ...] = ACTOR_INVARIANTS + LEARNER_INVARIANTS + PIPELINE_INVARIANTS
+INVARIANTS: tuple[Invariant, ...] = ACTOR_INVARIANTS + LEARNER_INVARIANTS + PIPELINE_INVARIANTS + RECURRENT_INVARIANTS
 
 BY_NAME: dict[str, Invariant] = {i.name: i for i in INVARIANTS}
 
@@ -54,6 +55,9 @@ STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("record", "what the actor stores, against what the env received and returned",
      ("boundary_observations", "boundary_actions", "boundary_rewards", "boundary_episode_ends", "boundary_resets",
       "boundary_step_count", "acted_on_stored_observation", "running_returns_recomputed")),
+    ("state", "a recurrent actor's state: stored, carried and reset as its episodes say",
+     ("initial_state_as_stored", "state_reset_at_episode_starts")),
+    ("replay", "the learner's replay of each env's sequence, from the stored state", ("sequence_replay_recomputed",)),
     ("draws", "the actor's actions, against draws from the distributions it recorded",
      ("behaviour_record", "sampling_logp", "sampling_frequency", "streams_independent")),
     ("preprocessing", "the declared transforms and running statistics, from the raw stream",
