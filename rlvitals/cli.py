@@ -83,6 +83,9 @@ def build_parser() -> Parser:
     doctor.add_argument("--step-timeout", type=float, metavar="SECONDS",
                         help="with --env: seconds one env step may take before the check reports the env blocked "
                              "and ends (default 30)")
+    doctor.add_argument("--recurrent-size", type=int, metavar="N",
+                        help="also train the memory probe (a cue to recall 4 steps later) with a recurrent policy of "
+                             "N units; default: the --config's recurrent_size (0: no memory probe)")
     doctor.add_argument("--json", action="store_true",
                         help="print only the findings, as a JSON list of verdicts (rule, severity, component, "
                              "first_seconds, first_update, message)")

@@ -131,3 +131,25 @@ RECURRENT_BUGS: tuple[PlantedBug, ...] = (
                overrides=RECURRENT, invariant="sequence_replay_recomputed",
                what="the loss's replay reads each env's steps out of order"),
 )
+
+
+def learner_cuts_backpropagation_through_time(mp):
+    # Values exact, gradients one step deep: the state is detached between steps, so nothing the reward at the
+    # end of an episode says reaches the weights that should have stored its cue. Every invariant holds.
+    from rlvitals.learner.recurrent import RecurrentCore
+
+    def replay(self, x, starts, state, final=False):
+        outputs = []
+        for t in range(x.shape[0]):
+            state = self.step(x[t], state.detach(), starts[t])
+            outputs.append(state[:, 0])
+        return torch.stack(outputs), (state if final else None)
+
+    mp.setattr(RecurrentCore, "replay", replay)
+
+
+DOCTOR_RECURRENT_BUGS: tuple[PlantedBug, ...] = (
+    PlantedBug("recurrent_learner_cuts_backpropagation_through_time", "learner", "doctor",
+               learner_cuts_backpropagation_through_time, doctor_rule="RLDoctorMemoryProbeUnsolved",
+               what="the learner detaches the state between steps: exact values, no gradient through time"),
+)

@@ -14,7 +14,7 @@ import pytest
 import torch
 from diagnose import LOUD, diagnose
 from planted_bugs import BY_BUG
-from planted_recurrent import RECURRENT, RECURRENT_BUGS
+from planted_recurrent import DOCTOR_RECURRENT_BUGS, RECURRENT, RECURRENT_BUGS
 
 from rlvitals.actors.runner import EnvRunner
 from rlvitals.api import train
@@ -162,3 +162,23 @@ def test_a_feed_forward_policy_cannot_solve_the_memory_probe(tmp_path):
     summary = train(env="rlvitals/MemoryProbe-v0", num_envs=8, rollout_length=32, num_minibatches=4,
                     total_env_steps=12_000, progress=False, verbosity="off", run_dir=str(tmp_path / "ff"))
     assert summary["mean_return_last_100"] < 0.5   # its best is 0 in expectation: it never sees the cue in time
+
+
+def _doctor_memory(tmp_path, bug=None):
+    from rlvitals.doctor.main import DoctorRequest, run_doctor
+
+    request = DoctorRequest(seed=0, keep=str(tmp_path / "doctor"), ladder=False, recurrent_size=16)
+    with pytest.MonkeyPatch.context() as mp:
+        if bug is not None:
+            bug.apply(mp)
+        return run_doctor(request, quiet=True)
+
+
+def test_the_doctors_memory_probe_passes_a_correct_recurrent_policy(tmp_path):
+    assert _doctor_memory(tmp_path) == []
+
+
+@pytest.mark.parametrize("bug", DOCTOR_RECURRENT_BUGS, ids=lambda b: b.name)
+def test_the_doctors_memory_probe_names_a_learner_that_does_not_learn_through_time(bug, tmp_path):
+    verdicts = _doctor_memory(tmp_path, bug)
+    assert [(v.rule, v.component) for v in verdicts] == [(bug.doctor_rule, bug.component)], verdicts

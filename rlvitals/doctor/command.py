@@ -40,8 +40,13 @@ def request_from_args(args: argparse.Namespace):
     if args.env_kwargs is not None and args.env is None:
         raise ConfigError(f"--env-kwargs={args.env_kwargs!r} is invalid without --env: it configures the env "
                           "being checked (the ladder's probes take none)")
+    recurrent_size = getattr(args, "recurrent_size", None)
+    if recurrent_size is not None and recurrent_size < 0:
+        raise ConfigError(f"--recurrent-size={recurrent_size} is invalid: expected an integer >= 0 (0: no memory probe)")
     env_kwargs = parse_env_kwargs(args.env_kwargs) if args.env_kwargs is not None else None
     config = build_config(args.config, {}) if args.config else None
+    if recurrent_size is None:   # the user's config's policy, when it is recurrent
+        recurrent_size = config.recurrent_size if config is not None else 0
     if env_kwargs is None:   # the user's config, when it trains the env being checked
         env_kwargs = dict(config.env_kwargs) if config is not None and config.env == args.env else {}
     env = resolve_env_id(args.env) if args.env is not None else None
@@ -50,7 +55,7 @@ def request_from_args(args: argparse.Namespace):
     return DoctorRequest(seed=args.seed, keep=args.keep, config=config, ray=args.ray, env=env, env_kwargs=env_kwargs,
                          max_episode_steps=args.max_episode_steps,
                          step_timeout=args.step_timeout if args.step_timeout is not None else DEFAULT_STEP_TIMEOUT,
-                         ladder=env is None or config is not None)
+                         ladder=env is None or config is not None, recurrent_size=recurrent_size)
 
 
 def _check_step_timeout(args: argparse.Namespace) -> None:

@@ -37,6 +37,8 @@ class DoctorRequest:
     ladder: bool = True
     """Run the probe ladder (the reference leg, and the user's leg with `config`)."""
     probes: tuple = field(default_factory=lambda: PROBES)
+    recurrent_size: int = 0
+    """Run the memory probe with a recurrent policy of this size (`--recurrent-size`, else the config's; 0: not)."""
 
 
 def _verdict(rule: str, severity: str, component: str, started: float, message: str) -> Verdict:
@@ -83,6 +85,14 @@ def run_doctor(request: DoctorRequest, stream=None, quiet: bool = False) -> list
         parent = Path(request.keep) if request.keep else Path(tmp)
         if request.ladder:
             verdicts += _run_ladder(request, parent, started, say)
+        if request.recurrent_size:
+            from .memory import run_memory_probe
+
+            settings = user_leg(request.config).settings if request.config is not None else None
+            found, lines = run_memory_probe(request.seed, parent, request.recurrent_size, settings, started)
+            verdicts += found
+            for line in lines:
+                say(line)
         if request.ray:
             from .rayleg import RAY_PROBE, run_ray_leg
 
@@ -98,6 +108,7 @@ def run_doctor(request: DoctorRequest, stream=None, quiet: bool = False) -> list
     else:
         done = (["every probe passes" + (" with both settings" if request.config is not None else "")]
                 if request.ladder else [])
+        done += ["the recurrent policy remembers the memory probe's cue"] if request.recurrent_size else []
         done += ["the Ray actor follows the learner and replays local mode"] if request.ray else []
         done += ["the env checks pass"] if request.env is not None else []
         say("healthy: " + "; ".join(done))
