@@ -42,7 +42,8 @@ def request_from_args(args: argparse.Namespace):
                           "being checked (the ladder's probes take none)")
     recurrent_size = getattr(args, "recurrent_size", None)
     if recurrent_size is not None and recurrent_size < 0:
-        raise ConfigError(f"--recurrent-size={recurrent_size} is invalid: expected an integer >= 0 (0: no memory probe)")
+        raise ConfigError(f"--recurrent-size={recurrent_size} is invalid: expected an integer >= 0 "
+                          "(0: no memory probe)")
     env_kwargs = parse_env_kwargs(args.env_kwargs) if args.env_kwargs is not None else None
     config = build_config(args.config, {}) if args.config else None
     if recurrent_size is None:   # the user's config's policy, when it is recurrent
