@@ -9,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from .env_step_cost import EnvStepCost, gymnasium_vector_env
 from .envs import find_witness, make_vector_env
 from .inference_cost import ForwardCost
 from .rollout import EpisodeStats, Rollout
@@ -92,6 +93,9 @@ class EnvRunner:
         """Rollouts this runner made so far: each rollout's sequence number."""
         self.forward_cost = ForwardCost()
         """The reference the inference phase is judged against (actors/inference_cost.py)."""
+        self.env_step_cost = EnvStepCost(
+            lambda: gymnasium_vector_env(env_id, num_envs, atari_options, env_kwargs), seed)
+        """The reference the env-step phase is judged against: a copy of the env, never the run's (env_step_cost.py)."""
 
     @staticmethod
     def _obs_shape(space: gym.Space) -> tuple[int, ...]:
@@ -165,7 +169,7 @@ class EnvRunner:
         actions = params = logps = None
         returns = np.empty((T, n), dtype=np.float32) if self.return_discount is not None else None
         done_returns, done_lengths, successes = [], [], []
-        inference_s = step_s = inference_cpu_s = 0.0
+        inference_s = step_s = inference_cpu_s = step_cpu_s = 0.0
         age = int(policy.age)
         # The weights cannot change during a collection: one fingerprint of what acted, for the learner to check.
         checksums = (policy.weights_checksum(),) if hasattr(policy, "weights_checksum") else ()
@@ -177,6 +181,7 @@ class EnvRunner:
             self.state = policy.initial_state(n)
         initial = (self.state.clone(), torch.from_numpy(self.starting.copy()), self.state_age) if recurrent else None
         self.forward_cost.measure(policy, self.obs)
+        self.env_step_cost.measure()
 
         for t in range(T):
             obs_buf[t] = self.obs
@@ -194,6 +199,7 @@ class EnvRunner:
             if not self.discrete:
                 env_action = np.clip(env_action, self._low, self._high)
             t1 = _step_started = time.perf_counter()
+            step_cpu0 = time.thread_time()
             try:
                 obs, raw_reward, term, trunc, info = self.env.step(env_action)
             except Exception as exc:
@@ -210,6 +216,7 @@ class EnvRunner:
                 raise EnvStepError(f"env {self.env_id!r} (seed {self.seed}) returned reward {bad!r} at step "
                                    f"{self.steps_taken}; expected {n} numbers")
             reward = reward.astype(np.float32, copy=False)
+            step_cpu_s += time.thread_time() - step_cpu0
             step_s += time.perf_counter() - t1
             inference_s += t1 - t0
             self.obs = self._as_obs(obs)
@@ -246,7 +253,7 @@ class EnvRunner:
             valid=torch.from_numpy(valid), behaviour_params=params, behaviour_logp=logps,
             policy_age=age, actor_id=self.actor_id, episodes=episodes,
             timings={"env_step": step_s, "inference": inference_s, "inference_cpu": inference_cpu_s,
-                     **self.forward_cost.reference()},
+                     "env_step_cpu": step_cpu_s, **self.forward_cost.reference(), **self.env_step_cost.reference()},
             valid_count=int(valid.sum()), weights_checksums=checksums,
             discounted_returns=None if returns is None else torch.from_numpy(returns),
             witness=(self.witness.take(),),
@@ -269,6 +276,7 @@ class EnvRunner:
 
     def close(self) -> None:
         self.env.close()
+        self.env_step_cost.close()
 
 
 def _successes(info: dict, done: np.ndarray) -> np.ndarray:

@@ -124,6 +124,8 @@ def overview() -> Dashboard:
                    legends=("depth", "capacity")),
             gauges("rlvitals_learner_rollouts_alive", title="Rollouts held by the learner", width=12),
             gauges("rlvitals_learner_actor_inference_cost_ratio", lo=0, title="Actor inference over its forward pass"),
+            gauges("rlvitals_learner_actor_env_step_cost_ratio", lo=0, title="Actor env step over the env's own step"),
+            gauges("rlvitals_learner_minibatch_cost_ratio", lo=0, title="Learner minibatch over its net's step"),
             gauges("rlvitals_learner_staleness_batches", "rlvitals_queue_capacity", title="Staleness in batches",
                    legends=("staleness", "queue capacity"), width=12,
                    note="Healthy: staleness at or below the queue capacity; above it, weights do not reach the "

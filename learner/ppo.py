@@ -19,6 +19,7 @@ from rlvitals.actors.rollout import Rollout
 
 from . import diagnostics as diag
 from .invariants import LearnerInvariants
+from .minibatch_cost import MinibatchCost, cpu_seconds
 from .normalize import LearnerNormalization
 from .phases import PhaseLaps
 from .returns import vtrace
@@ -104,6 +105,8 @@ class _Update:
     stats: dict
     fwd_s: float
     """Seconds in forward and backward passes (the rest of the update: clipping, steps, running sums)."""
+    cpu_s: float = 0.0
+    """CPU seconds of the minibatch steps (minibatch_cost.cpu_seconds), judged per step against a reference."""
 
 
 class PPOLearner:
@@ -134,6 +137,8 @@ class PPOLearner:
         """Largest |reward| of any valid step learned from in this run (kept on the device)."""
         self.normalization = LearnerNormalization(net, settings.normalize_rewards, settings.normalize_clip, device)
         self.invariants = LearnerInvariants(self)
+        self.minibatch_cost = MinibatchCost(settings)
+        """The reference the minibatch phase is judged against (learner/minibatch_cost.py)."""
 
     def extra_state(self) -> dict:
         """What a checkpoint must keep of the learner beyond network, optimizer and counters (tensors only)."""
@@ -190,6 +195,9 @@ class PPOLearner:
                     "samples_learned": float(count_learned * self.s.update_epochs), "updates": 1.0,
                     "age": float(self.net.age), "nonfinite": float(bool(where)), "nonfinite_where": where,
                     "nonfinite_samples": float(batch.count - count_learned)})
+        # A copy of the network steps on this batch's observations now and then: the minibatch phase's reference.
+        self.minibatch_cost.measure(self.net, batch.mb_obs, self._autocast)
+        out.update(self.minibatch_cost.ratio(update.cpu_s, update.steps))
         laps.lap("statistics")
         out.update(laps.seconds)
         return out
@@ -246,6 +254,7 @@ class PPOLearner:
         fwd_s = 0.0
         steps = 0
         directions: dict = {}
+        cpu_start = cpu_seconds()
         for epoch in range(s.update_epochs):
             for mb, cols in self._minibatches(b):
                 ta = self._clock()
@@ -269,8 +278,9 @@ class PPOLearner:
                 sums.add(loss, parts, grad_norm, grads, first_epoch=epoch == 0)
                 if epoch == s.update_epochs - 1:   # each sample once, with the policy learning it
                     sums.kl = sums.kl + net.dist.kl(b.mb_params[mb], mb_params.detach().float()).sum()
+        cpu_s = cpu_seconds() - cpu_start
         stats = {**sums.result(steps, b.count, s.num_minibatches, self.noise_scale), **directions}
-        return _Update(before=before, steps=steps, stats=stats, fwd_s=fwd_s)
+        return _Update(before=before, steps=steps, stats=stats, fwd_s=fwd_s, cpu_s=cpu_s)
 
     def _minibatches(self, b: _Batch) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
         """One epoch's minibatches: (flat positions of their samples, env columns or None). Shuffled samples for

@@ -42,9 +42,9 @@ IDLE_SECONDS = 5.0
 """Row interval while updates stall because every arriving batch is dropped: alerts need rows to fire."""
 
 MEASURED_KEYS = ("wall_seconds", "rss_bytes", "inv_memory_per_sample", "inv_learner_waits_while_ready",
-                 "actor_inference_cost_ratio")
+                 "actor_inference_cost_ratio", "actor_env_step_cost_ratio", "learner_minibatch_cost_ratio")
 """Row keys read from the machine (clock, memory and memory's growth per sample, the learner's needless waits,
-the actor's inference phase against its forward pass): different in every repetition of a run."""
+each phase's cost against its reference: rlvitals/costs.py): different in every repetition of a run."""
 
 MODE_KEYS = ("inv_actor_accounting", INVARIANTS_BY_NAME["memory_per_sample"].names_key,
              "inv_weight_loads_per_published_version")

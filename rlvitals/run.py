@@ -26,7 +26,7 @@ from rlvitals.actors.boundary import boundary_statistics
 from rlvitals.actors.episode_witness import EpisodeWitness
 from rlvitals.actors.rollout import Rollout
 from rlvitals.actors.streams import StreamIndependence
-from rlvitals.costs import inference_cost_ratio
+from rlvitals.costs import actor_cost_ratios
 from rlvitals.learner.invariants import learning_rate_gap, observation_pairing, scheduled_learning_rate
 from rlvitals.telemetry.attribution import InvariantAttribution, producers
 from rlvitals.telemetry.health import TEXT_KEYS, HealthMonitor
@@ -154,7 +154,7 @@ class Run:
             stats.update(self.episodes.observe(rollout))  # the episodes reported are the env's
             stats.update(self.handed.take_statistic())    # every rollout acted with the weights it was handed
             stats.update(self.steps_accounted.take_statistic())   # every env step the witness counted arrived
-            stats.update(inference_cost_ratio(rollout))   # the actor's inference phase against its forward pass
+            stats.update(actor_cost_ratios(rollout))   # each actor phase against its reference (rlvitals/costs.py)
             if self.actor_accounts is not None:
                 stats.update(self.actor_accounts.take_statistic())
             else:

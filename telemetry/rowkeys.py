@@ -34,6 +34,8 @@ ROW_ONLY_KEYS.update({inv.names_key: f"which processes' evidence broke invariant
 """Row keys that no metric exports, with what they hold."""
 
 OCCASIONAL_KEYS = {
+    **{f"recurrent_{what}_{core}": "debug verbosity, recurrent policies only (`value`: where the value has its own "
+       "core)" for what in ("state_rms", "gate_saturation") for core in ("policy", "value")},
     "inv_actor_accounting": "Ray mode only: the actors' own counters travel on their rollouts",
     "inv_memory_per_sample": "once the run has seen 32 updates' worth of memory readings",
     "inv_learner_waits_while_ready": "Ray async mode only, on updates whose wait began with a rollout ready",
@@ -47,6 +49,9 @@ OCCASIONAL_KEYS = {
     "inv_running_returns_recomputed": "with normalize_rewards on",
     "actor_inference_cost_ratio": "where the policy has a forward pass (not the probe agents), not in Ray's "
                                   "synchronous batches (they join several actors' rollouts)",
+    "actor_env_step_cost_ratio": "not in Ray's synchronous batches (they join several actors' rollouts), nor where a "
+                                 "copy of the env cannot be built and stepped",
+    "learner_minibatch_cost_ratio": "where a learner runs (not the probe agents)",
 }
 OCCASIONAL_KEYS.update({inv.names_key: "Ray mode only, once some process broke the invariant"
                         for inv in INVARIANTS if inv.names_key})

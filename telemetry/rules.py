@@ -60,6 +60,12 @@ GRADIENTS_OF_LOSS = S("gradient_mismatch") <= GRADIENT_TOLERANCE
 INFERENCE_COST_LIMIT = 15.0
 """An actor's inference phase per step over its bare forward pass, in CPU seconds (rlvitals/costs.py): healthy runs
 read 1.6 to 3.2, a one-step bandit up to 7 on a loaded machine."""
+ENV_STEP_COST_LIMIT = 2.5
+"""An actor's env-step phase per step over one step of a copy of the env as gymnasium builds it, in CPU seconds of the
+stepping thread (rlvitals/costs.py): healthy runs read 0.8 to 1.5 (the witness and the reward check on top)."""
+MINIBATCH_COST_LIMIT = 4.0
+"""The learner's minibatch phase per step over a copy of its network's forward, backward and optimizer step on a
+minibatch of the configured size, in CPU seconds (rlvitals/costs.py): healthy runs read 1.1 to 2.2."""
 VALUE_HEAD_TOLERANCE = 0.05
 """value_head_affine's limit: the value-bias identity behind gradient_mismatch needs an affine value head."""
 # Fingerprints of the same weights agree to float64 rounding, whatever device summed them.
@@ -177,6 +183,22 @@ RULES: tuple[Rule, ...] = (
          "choosing its action: work hidden in the step that the network does not need (a copy or checksum of "
          "the weights, a conversion per sample, a forward pass repeated). Profile the actor's step "
          "(rlvitals_actor_phase_seconds_total by phase).", after_updates=2),
+    Rule("RLActorEnvStepOverCost", Mean(S("actor_env_step_cost_ratio"), 5) > ENV_STEP_COST_LIMIT, 5, "fast",
+         "warning", "actor",
+         "An actor's env-step phase costs far more than the env's own step in run {{ $labels.run_id }}",
+         "Per env step, the actor spends over 2.5 times the CPU time that one step of a copy of the env, as gymnasium "
+         "builds it, takes in the same process: work hidden around the env's step (a per-env Python loop, a copy "
+         "of every observation, a wrapper that does more than it passes on). The project's own wrappers cost a few "
+         "per cent. Profile the actor's env step (rlvitals_actor_phase_seconds_total by phase).", after_updates=2),
+    # Healthy readings stay within 1.1 to 2.2 (CartPole, Pendulum, loaded 2-core machine): the product's loss,
+    # running sums and sampled invariant checks on top of the bare step.
+    Rule("RLLearnerMinibatchOverCost", Mean(S("learner_minibatch_cost_ratio"), 5) > MINIBATCH_COST_LIMIT, 5,
+         "fast", "warning", "learner",
+         "The learner's minibatch step costs far more than its network's own step in run {{ $labels.run_id }}",
+         "Per optimizer step, the learner spends over 4 times the CPU time of a forward, backward and optimizer "
+         "step of a copy of its network on a minibatch of the configured size: work hidden in the minibatch step "
+         "(a forward pass repeated, a copy of the weights or a host round trip per step, statistics computed per "
+         "sample). Profile the learner's update (rlvitals_learner_phase_seconds_total by phase).", after_updates=2),
     Rule("RLClipFractionHigh", (Mean(S("clip_fraction"), 30) > 0.3) & (S("entropy_bounded") > 0.5) & FRESH, 10,
          "fast", "warning", "optimizer",
          "Many samples leave the PPO clip range in run {{ $labels.run_id }}",

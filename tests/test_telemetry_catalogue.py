@@ -21,7 +21,7 @@ from telemetry_support import (
 
 from rlvitals.actors.runner import EnvRunner
 from rlvitals.config import TrainConfig
-from rlvitals.costs import inference_cost_ratio
+from rlvitals.costs import actor_cost_ratios
 from rlvitals.telemetry import reference
 from rlvitals.telemetry.catalogue import (
     KINDS,
@@ -158,7 +158,7 @@ def test_learner_and_local_series_per_level(level, test_env):
         local.record_rollout(rollout)
         # What the run's learn step adds to the learner's statistics (rlvitals.run.Run.learn_step; actors_slow: Ray).
         stats = {**learner.learn(rollout), "rollouts_alive": 1.0, "staleness_batches": 0.0, "actors_slow": 0.0,
-                 "actors_silent": 0.0, **inference_cost_ratio(rollout),
+                 "actors_silent": 0.0, **actor_cost_ratios(rollout),
                  "weights_mismatch": 0.0, **{inv.statistic: 0.0 for inv in INVARIANTS}}
         stats.update(InvariantMonitor().observe(stats, 1))
     finally:
