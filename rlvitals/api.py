@@ -5,7 +5,8 @@ checks before anything is written, the same run directory; it returns the run's
 summary (what summary.json holds). `load_policy` gives a checkpoint's network as
 an object whose `predict` takes numpy observations, one or a batch, and returns
 numpy actions, with the observation normalisation the run used (it is part of
-the network's state).
+the network's state); a recurrent policy's `predict` also takes and returns the
+state it carries, as sb3-contrib's RecurrentPPO does.
 """
 
 from __future__ import annotations
@@ -75,16 +76,51 @@ class Policy:
         """Seed the draws of `predict(..., deterministic=False)`."""
         self.net.seed(seed)
 
-    def predict(self, obs, deterministic: bool = True) -> np.ndarray:
+    @property
+    def recurrent(self) -> bool:
+        """True for a recurrent policy (trained with recurrent_size > 0): `predict` then takes and returns a state."""
+        return bool(self.config.recurrent_size)
+
+    @property
+    def state_shape(self) -> tuple[int, ...] | None:
+        """The state of one env, (2 * cores, recurrent_size): each LSTM core's h and c; None when feed-forward."""
+        return tuple(self.net.initial_state(1).shape[1:]) if self.recurrent else None
+
+    def predict(self, obs, state=None, episode_start=None, deterministic: bool = True):
         """The action for one observation, or actions for a batch (first axis), as numpy.
 
         deterministic=True: the most likely action (discrete) or the Gaussian's mean (continuous);
         False: drawn from the policy. Continuous actions are clipped to the action space, as the
-        actors clip them before stepping the env. ValueError when `obs` fits neither shape.
+        actors clip them before stepping the env.
+
+        A recurrent policy returns `(actions, state)`, as sb3-contrib's RecurrentPPO: pass the state back
+        with the next observations. `state=None` is the empty state; `episode_start` (a bool, or one per
+        observation) marks observations that begin an episode, where the state is emptied before the step
+        (None: none begins one). A feed-forward policy returns the actions alone; it has no state, so
+        `state` must be None and `episode_start` changes nothing. ValueError, one line, when `obs`,
+        `state` or `episode_start` has a shape that fits neither one observation nor the batch.
         """
         import torch
 
         from .evaluate import acting
+
+        batch, single = self._observations(obs)
+        starts = self._episode_starts(episode_start, len(batch), single)
+        policy = acting(self.net, deterministic)
+        if not self.recurrent:
+            if state is not None:
+                raise ValueError(f"state of type {type(state).__name__} is invalid: this policy is feed-forward "
+                                 "(recurrent_size=0) and carries no state; expected state=None")
+            return self._actions(policy.act(batch)[0], single)
+        carried = self._state(state, len(batch), single)
+        with torch.no_grad():
+            actions, _, _, after = policy.act_recurrent(batch, carried, starts)
+        after = after.numpy()
+        return self._actions(actions, single), after[0] if single else after
+
+    def _observations(self, obs):
+        """(a batch tensor, whether `obs` was one observation); ValueError when it fits neither shape."""
+        import torch
 
         space = self.observation_space
         shape = tuple(space.shape)
@@ -94,11 +130,47 @@ class Policy:
             batch_shape = "(N" + "".join(f", {n}" for n in shape) + ")"
             raise ValueError(f"obs of shape {arr.shape} is invalid: expected one observation of shape {shape} "
                              f"or a batch of shape {batch_shape}")
-        batch = torch.from_numpy(np.ascontiguousarray(arr[None] if single else arr))
-        actions = acting(self.net, deterministic).act(batch)[0].numpy()
+        return torch.from_numpy(np.ascontiguousarray(arr[None] if single else arr)), single
+
+    def _actions(self, actions, single: bool) -> np.ndarray:
+        actions = actions.numpy()
         if hasattr(self.action_space, "low"):
             actions = np.clip(actions, self.action_space.low, self.action_space.high)
         return actions[0] if single else actions
+
+    @staticmethod
+    def _episode_starts(episode_start, n: int, single: bool):
+        """[n] bool tensor (all False for None); ValueError unless one flag per observation."""
+        import torch
+
+        if episode_start is None:
+            return torch.zeros(n, dtype=torch.bool)
+        flags = np.asarray(episode_start)
+        accepted = [(), (1,)] if single else [(n,)]
+        if flags.dtype.kind not in "bui" or flags.shape not in accepted:
+            expected = "a bool or an array of shape (1,)" if single else f"an array of {n} bools, shape ({n},)"
+            raise ValueError(f"episode_start of shape {flags.shape} and dtype {flags.dtype} is invalid: expected "
+                             f"{expected} (one flag per observation), or None")
+        return torch.from_numpy(flags.astype(bool).reshape(n))
+
+    def _state(self, state, n: int, single: bool):
+        """[n, 2 * cores, H] float32 tensor (the empty state for None); ValueError for any other shape."""
+        import torch
+
+        if state is None:
+            return self.net.initial_state(n)
+        one = self.state_shape
+        expected = one if single else (n, *one)
+        try:
+            arr = np.asarray(state, dtype=np.float32)
+        except (TypeError, ValueError):
+            arr = None
+        if arr is None or arr.shape != expected:
+            shape = "of type " + type(state).__name__ if arr is None else f"of shape {arr.shape}"
+            what = "one observation's" if single else f"a batch of {n} observations'"
+            raise ValueError(f"state {shape} is invalid: expected {what} state, shape {expected} (the state "
+                             "predict returned last, for the same observations' envs), or None for the empty state")
+        return torch.from_numpy(np.ascontiguousarray(arr.reshape(n, *one)))
 
 
 def load_policy(run_dir: str | Path | None, checkpoint: str = "latest", env: str | None = None) -> Policy:

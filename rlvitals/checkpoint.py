@@ -118,6 +118,7 @@ def check_network_fits(ckpt, state: dict) -> None:
     known = {f for f in TrainConfig.__dataclass_fields__}
     cfg = TrainConfig(**{k: v for k, v in state["config"].items() if k in known})
     cfg.hidden_sizes = tuple(cfg.hidden_sizes)
+    check_recurrent_size(ckpt, cfg.recurrent_size, state["network"])
     obs_space, action_space = env_spaces(cfg)
     with torch.device("meta"):  # shapes only: no memory, no initialisation (seconds for wide layers)
         now = {name: tuple(t.shape) for name, t in make_network(cfg, obs_space, action_space).state_dict().items()}
@@ -130,6 +131,23 @@ def check_network_fits(ckpt, state: dict) -> None:
                 f"checkpoint {str(ckpt)!r} does not fit env {cfg.env!r} as it is now (observation space "
                 f"{obs_space}, action space {action_space}): network tensor {name} is {have} in the checkpoint "
                 f"and {need} for the env; expected the env the run was trained on")
+
+
+RECURRENT_CORE_WEIGHT = "cores.0.lstm.weight_hh_l0"
+"""The first LSTM core's hidden-to-hidden weights, [4 H, H]: the network's recurrent_size H (absent: 0)."""
+
+
+def check_recurrent_size(ckpt, configured: int, network: dict) -> None:
+    """ConfigError naming recurrent_size when the checkpoint's network has another LSTM width than its config
+    says: every tensor would then mismatch, and the per-tensor message would blame the env."""
+    from .config import ConfigError
+
+    weight = network.get(RECURRENT_CORE_WEIGHT)
+    held = int(weight.shape[-1]) if getattr(weight, "ndim", 0) == 2 else 0
+    if held != configured:
+        raise ConfigError(f"checkpoint {str(ckpt)!r} holds a network of recurrent_size={held} but its config has "
+                          f"recurrent_size={configured}; expected a checkpoint whose network and config agree "
+                          "(as rlvitals writes them)")
 
 
 def restore(state: dict, net, learner, tracker) -> None:

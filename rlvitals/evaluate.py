@@ -101,17 +101,32 @@ def load_network(run_dir: str | Path | None, checkpoint: str = "latest", env: st
 
 
 class GreedyPolicy:
-    """The network acting greedily: the most likely action (discrete), the Gaussian's mean (continuous)."""
+    """The network acting greedily: the most likely action (discrete), the Gaussian's mean (continuous).
+
+    A recurrent network acts from each env's carried state (`act_recurrent`, as the network itself does), so
+    the env runner carries and resets the state for greedy evaluation exactly as it does when sampling."""
 
     def __init__(self, net):
         self.net, self.age = net, net.age
+        self.recurrent_size = net.recurrent_size
 
-    @torch.no_grad()
-    def act(self, obs):
-        params = self.net.policy_params(obs)
+    def _greedy(self, params):
         dist = self.net.dist
         actions = params.argmax(-1) if hasattr(dist, "n") else params[..., : dist.dim]
         return actions, params, dist.log_prob(params, actions)
+
+    @torch.no_grad()
+    def act(self, obs):
+        return self._greedy(self.net.policy_params(obs))
+
+    def initial_state(self, n: int) -> torch.Tensor:
+        return self.net.initial_state(n)
+
+    @torch.no_grad()
+    def act_recurrent(self, obs, state, starts):
+        """(actions, params, log-probs, the state after the step), one step on from each env's state."""
+        params, _, state = self.net.step(obs, state, starts)
+        return (*self._greedy(params), state)
 
 
 def acting(net, greedy: bool):
@@ -133,10 +148,15 @@ def evaluate_run(run_dir: str | None, episodes: int, greedy: bool = True, seed: 
                        env_kwargs=cfg.env_kwargs)
     policy = acting(net, greedy)
     returns: list[float] = []
+    threads = torch.get_num_threads()
+    # The run's actors' threads: a step of 16 envs is too small to split, and on a busy machine torch's
+    # default (one per core) made each step several times slower.
+    torch.set_num_threads(cfg.torch_threads)
     try:
         while len(returns) < episodes:
             returns.extend(runner.collect(policy, 256).episodes.returns.tolist())
     finally:
+        torch.set_num_threads(threads)
         runner.close()
     r = np.asarray(returns[:episodes])
     return {"run_dir": None if run_dir is None else str(run_dir), "checkpoint": str(loaded.path),

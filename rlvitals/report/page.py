@@ -100,8 +100,8 @@ def severity(sev: str) -> str:
 
 # ------------------------------------------------------------------ sections
 def runs_section(runs: list[Run]) -> str:
-    head = ["run", "status", "env", "algorithm", "mode", "seed", "env steps", "updates", "wall s", "steps/s",
-            "return (last 100)", "verdicts"]
+    head = ["run", "status", "env", "algorithm", "policy", "mode", "seed", "env steps", "updates", "wall s",
+            "steps/s", "return (last 100)", "verdicts"]
     rows = []
     for run in runs:
         c, s, last = run.config, run.summary or {}, run.rows[-1] if run.rows else {}
@@ -111,7 +111,8 @@ def runs_section(runs: list[Run]) -> str:
         cause = run.cause
         status = esc(run.status) + (f"<div class='muted'>{esc(cause)}</div>" if cause else "")
         cells = [f"<b>{esc(run.name)}</b><div class='muted'>{esc(run.path)}</div>", status,
-                 esc(c.get("env", "–")), esc(c.get("agent", "–")), esc(c.get("mode", "–")), fmt(c.get("seed")),
+                 esc(c.get("env", "–")), esc(c.get("agent", "–")), esc(policy_kind(c)), esc(c.get("mode", "–")),
+                 fmt(c.get("seed")),
                  fmt(s.get("env_steps", last.get("env_steps")), ",d") if (s or last) else "–",
                  fmt(s.get("updates", last.get("updates"))),
                  fmt(s.get("wall_seconds", last.get("wall_seconds")), ",.1f"),
@@ -132,6 +133,16 @@ def runs_section(runs: list[Run]) -> str:
     return (f"<section id='runs'><h2>Runs</h2><table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>"
             f"{''.join(rows)}</table><table><tr><th>run</th><th>run id</th><th>started</th><th>command</th>"
             f"<th>code version</th><th>host</th></tr>{''.join(meta)}</table></section>")
+
+
+def policy_kind(config: dict) -> str:
+    """What kind of network the run trained: runs from before recurrent_size existed are feed-forward."""
+    if not config:
+        return "–"
+    size = config.get("recurrent_size", 0)
+    if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+        return f"LSTM {size}"
+    return "feed-forward" if size in (0, None) else str(size)   # a hostile config.yaml's value, shown as it is
 
 
 def band_checks(run: Run, panels: list[Panel]) -> list[str]:
