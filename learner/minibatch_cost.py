@@ -51,14 +51,18 @@ class MinibatchCost:
         self.optimizer: torch.optim.Optimizer | None = None
         self.timings: deque[float] = deque(maxlen=KEPT)
 
-    def measure(self, net: nn.Module, obs: torch.Tensor, autocast=contextlib.nullcontext) -> None:
+    def measure(self, net: nn.Module, obs: torch.Tensor, autocast=contextlib.nullcontext, sequences=None) -> None:
         """After an update: every EVERY-th time, REPEATS timed reference steps on a minibatch of `obs` (the batch's
-        observations, as many as one minibatch of the configured size holds)."""
+        observations, as many as one minibatch of the configured size holds). A recurrent policy's minibatch is a
+        share of the batch's env sequences (`sequences`, learner/sequences.py), replayed whole as the learner does."""
         self.updates += 1
         if (self.updates - 1) % EVERY or obs.shape[0] == 0:
             return
-        size = math.ceil(obs.shape[0] / self.s.num_minibatches)
-        minibatch = obs[:size]
+        if sequences is not None:
+            envs = math.ceil(sequences.state.shape[0] / self.s.num_minibatches)
+            minibatch = (sequences.obs[:, :envs], sequences.starts[:, :envs], sequences.state[:envs])
+        else:
+            minibatch = obs[:math.ceil(obs.shape[0] / self.s.num_minibatches)]
         if self.net is None:
             self.net = copy.deepcopy(net)
             self.optimizer = torch.optim.Adam(self.net.parameters(), lr=self.s.learning_rate, betas=self.s.adam_betas,
@@ -72,9 +76,9 @@ class MinibatchCost:
             self._step(minibatch, autocast)   # queued device work is not waited for: neither is the phase's
             self.timings.append(cpu_seconds() - start)
 
-    def _step(self, obs: torch.Tensor, autocast) -> None:
+    def _step(self, obs, autocast) -> None:
         with autocast():
-            params, values = self.net(obs)
+            params, values = self.net(obs) if isinstance(obs, torch.Tensor) else self.net.replay(*obs)[:2]
             loss = params.float().pow(2).mean() + values.float().pow(2).mean()
         self.optimizer.zero_grad(set_to_none=False)
         loss.backward()

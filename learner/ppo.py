@@ -196,7 +196,7 @@ class PPOLearner:
                     "age": float(self.net.age), "nonfinite": float(bool(where)), "nonfinite_where": where,
                     "nonfinite_samples": float(batch.count - count_learned)})
         # A copy of the network steps on this batch's observations now and then: the minibatch phase's reference.
-        self.minibatch_cost.measure(self.net, batch.mb_obs, self._autocast)
+        self.minibatch_cost.measure(self.net, batch.mb_obs, self._autocast, batch.sequences)
         out.update(self.minibatch_cost.ratio(update.cpu_s, update.steps))
         laps.lap("statistics")
         out.update(laps.seconds)

@@ -34,8 +34,6 @@ ROW_ONLY_KEYS.update({inv.names_key: f"which processes' evidence broke invariant
 """Row keys that no metric exports, with what they hold."""
 
 OCCASIONAL_KEYS = {
-    **{f"recurrent_{what}_{core}": "debug verbosity, recurrent policies only (`value`: where the value has its own "
-       "core)" for what in ("state_rms", "gate_saturation") for core in ("policy", "value")},
     "inv_actor_accounting": "Ray mode only: the actors' own counters travel on their rollouts",
     "inv_memory_per_sample": "once the run has seen 32 updates' worth of memory readings",
     "inv_learner_waits_while_ready": "Ray async mode only, on updates whose wait began with a rollout ready",
@@ -45,6 +43,10 @@ OCCASIONAL_KEYS = {
     "inv_env_time_limit": "envs built with gymnasium's TimeLimit in a sync vector env, on updates with a "
                           "time-limit decision (actors/time_limit.py)",
     "inv_observation_statistics_recomputed": "with normalize_observations on",
+    "inv_initial_state_as_stored": "recurrent policies only (recurrent_size > 0), on batches at staleness 0",
+    "inv_state_reset_at_episode_starts": "recurrent policies only (recurrent_size > 0), on batches at staleness 0",
+    "inv_sequence_replay_recomputed": "recurrent policies only (recurrent_size > 0), on batches at staleness 0",
+    "inv_weight_loads_per_published_version": "Ray mode only: the actors count their weight loads",
     "inv_reward_scaling_recomputed": "with normalize_rewards on",
     "inv_running_returns_recomputed": "with normalize_rewards on",
     "actor_inference_cost_ratio": "where the policy has a forward pass (not the probe agents), not in Ray's "

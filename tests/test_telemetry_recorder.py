@@ -303,7 +303,7 @@ def test_learner_stats_provide_every_catalogue_source(test_env):
         if m.name in ("rlvitals_learner_training_intensity", "rlvitals_learner_rollouts_alive",
                       "rlvitals_learner_staleness_batches", "rlvitals_learner_actor_weights_mismatch_ratio",
                       "rlvitals_learner_actors_slow", "rlvitals_learner_actors_silent",
-                      "rlvitals_learner_actor_inference_cost_ratio",
+                      "rlvitals_learner_actor_inference_cost_ratio", "rlvitals_learner_actor_env_step_cost_ratio",
                       "rlvitals_invariant_broken", "rlvitals_rule_held_updates"):
             continue  # the recorder, the run's learn step or its health monitor adds these
         for _, key in label_sets(m):

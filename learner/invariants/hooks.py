@@ -170,7 +170,8 @@ class LearnerInvariants:
         self.out["inv_value_head_affine"] = value_head_coupling(values, getattr(learner.net, "value_bias", None))
         # What each loss was handed on this minibatch against what the stage before it produced (exact copies).
         h = self.handed
-        replayed = self.recurrent.first_minibatch(dist_params, mb) if getattr(learner.net, "recurrent_size", 0) else None
+        recurrent = getattr(learner.net, "recurrent_size", 0)
+        replayed = self.recurrent.first_minibatch(dist_params, mb) if recurrent else None
         if replayed is not None:
             self.out["inv_sequence_replay_recomputed"] = torch.fmax(self.out["inv_sequence_replay_recomputed"],
                                                                     replayed)
