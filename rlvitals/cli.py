@@ -1,4 +1,4 @@
-"""The `rlvitals` command: train, eval, runs, doctor.
+"""The `rlvitals` command: train, eval, runs, doctor, presets, report, export, dashboards, stack.
 
 Every user error is one line on stderr naming the bad value and what would be
 accepted, with exit code 2 and nothing written.
@@ -94,6 +94,11 @@ def build_parser() -> Parser:
     report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (running, crashed or done)")
     report.add_argument("-o", "--output", metavar="FILE",
                         help="HTML file to write (default: RUN_DIR/report.html for one run, ./report.html for several)")
+
+    presets = sub.add_parser("presets", help="list the presets of settings per env family (train --preset NAME), or "
+                                             "show one's every field with its value and source")
+    presets.add_argument("name", nargs="?", metavar="NAME",
+                         help="the preset to show, as a config file: field: value, its source as a comment")
 
     export = sub.add_parser("export", help="write a run's metrics in another tool's format")
     export.add_argument("format", choices=["tensorboard"], help="tensorboard: event files in the run directory")
@@ -222,6 +227,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not cfg.run_dir:
         cfg.run_dir = default_run_dir(cfg.env, cfg.seed)
     preflight(cfg)
+    if not args.preset and not args.config:  # the defaults were chosen by no one: say which preset fits the env
+        from .presets import family_hint
+
+        hint = family_hint(cfg.env)
+        if hint:
+            print(f"rlvitals: {hint}", file=sys.stderr, flush=True)
     from .report.tensorboard import observers_for
     from .session import run_training
 
@@ -315,6 +326,13 @@ def _unusable(exc: OSError, given: str | None) -> str:
             "what is written")
 
 
+def cmd_presets(args: argparse.Namespace) -> int:
+    from .presets import listing, show
+
+    print(show(args.name) if args.name is not None else listing())  # a bad name: ConfigError, one line, exit 2
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from .validate import check_seed_flag
 
@@ -337,7 +355,8 @@ def cmd_stack(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"train": cmd_train, "eval": cmd_eval, "runs": cmd_runs, "doctor": cmd_doctor,
-            "dashboards": cmd_dashboards, "stack": cmd_stack, "report": cmd_report, "export": cmd_export}
+            "dashboards": cmd_dashboards, "stack": cmd_stack, "report": cmd_report, "export": cmd_export,
+            "presets": cmd_presets}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,7 @@ from .config_error import ConfigError
 from .config_yaml import AliasRefused, parse_yaml
 from .env_kwargs import parse_env_kwargs
 from .limits import CONFIG_BYTES_MAX, check_config_limits, check_nesting, read_bounded
+from .presets import preset_named, preset_values
 
 VERBOSITY_LEVELS = ("off", "minimal", "standard", "debug")
 MODES = ("local", "ray")
@@ -40,6 +41,10 @@ so that no run made before becomes impossible to resume or evaluate."""
 @dataclass
 class TrainConfig:
     # --- run ---
+    preset: str = ""
+    """Settings for an env family to start from (`rlvitals presets` lists them: classic, mujoco, atari, box2d): they
+    replace the defaults, and a config file and flags override them field by field; empty: the defaults (which are
+    the classic preset). config.yaml records it."""
     mode: str = "local"
     """`local`: actor and learner in one deterministic process; `ray`: actors spread over a Ray cluster."""
     agent: str = "ppo"
@@ -190,6 +195,8 @@ class TrainConfig:
     # ------------------------------------------------------------- validation
     def validate(self) -> TrainConfig:
         """Raise ConfigError naming the first bad value; return self when all are good."""
+        if self.preset:
+            preset_named(self.preset)
         _choice("mode", self.mode, MODES)
         _choice("agent", self.agent, AGENTS)
         _choice("verbosity", self.verbosity, VERBOSITY_LEVELS)
@@ -369,17 +376,20 @@ def load_yaml(path: str | Path, what: str = "config file") -> dict[str, Any]:
 
 
 def build_config(yaml_path: str | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
-    """Defaults, then the YAML file, then command-line overrides; validated."""
+    """Defaults, then the preset, then the YAML file, then command-line overrides; validated.
+
+    The preset is the overrides' `preset` when they name one, else the file's: a flag chooses it over the file,
+    and the file's own values still stand above it."""
     values: dict[str, Any] = {}
     known = {f.name for f in dataclasses.fields(TrainConfig)}
-    layers = []
-    if yaml_path:
-        layers.append(load_yaml(yaml_path))
-    layers.append(overrides or {})
-    for layer in layers:
+    file_values = load_yaml(yaml_path) if yaml_path else {}
+    overrides = overrides or {}
+    chosen = overrides.get("preset", file_values.get("preset"))
+    preset = coerce("preset", chosen) if chosen is not None else ""
+    for layer in (preset_values(preset), file_values, overrides):
         for name, raw in layer.items():
             if name in RETIRED_FIELDS:
-                if yaml_path and layer is layers[0]:
+                if layer is file_values:
                     logging.getLogger(__name__).warning("config file %r: %s is ignored and may be removed: %s",
                                                         str(yaml_path), name, RETIRED_FIELDS[name])
                 continue

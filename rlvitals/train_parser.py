@@ -24,8 +24,9 @@ SECTION_MARKER = re.compile(r"^\s*# --- (?P<title>.+?) ---\s*$")
 """A section comment in the TrainConfig class body; the fields below it, up to the next one, are its section."""
 
 DESCRIPTION = ("Every config field is an option, grouped as in rlvitals/config.py; a --config YAML file sets the same "
-               "fields and options given beside it override the file. Boolean options are switches: --sync means "
-               "true, --no-sync false, and --sync false or --sync no work too.")
+               "fields and options given beside it override the file; --preset NAME (`rlvitals presets` lists them) "
+               "sets an env family's settings under both. Boolean options are switches: --sync means true, --no-sync "
+               "false, and --sync false or --sync no work too.")
 
 
 def field_sections(cls: type = TrainConfig) -> dict[str, list[str]]:
@@ -104,18 +105,20 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
                 kwargs["choices"] = VERBOSITY_LEVELS
             if name == "mode":
                 kwargs["choices"] = MODES
+            if name == "preset":
+                kwargs["metavar"] = "NAME"  # checked by the config, whose one line names the presets there are
             if types[name] is bool:
                 kwargs.update(action=SwitchAction, metavar="BOOL")
             elif get_origin(types[name]) is dict:
                 kwargs["metavar"] = "MAPPING"
-            elif "choices" not in kwargs:
+            elif "choices" not in kwargs and "metavar" not in kwargs:
                 kwargs["metavar"] = {int: "N", float: "X", float | None: "X"}.get(types[name], "VALUE")
             group.add_argument(_flag(name), *ALIASES.get(name, []), **kwargs)
 
 
 def add_train_parser(sub) -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train an agent (local or Ray mode)", description=DESCRIPTION,
-                           usage="%(prog)s [-h] [--config FILE | --resume RUN_DIR] [OPTION ...]",
+                           usage="%(prog)s [-h] [--preset NAME] [--config FILE | --resume RUN_DIR] [OPTION ...]",
                            formatter_class=TrainHelpFormatter)
     train.add_argument("--config", metavar="FILE", help="YAML file of config fields; flags override it")
     train.add_argument("--resume", metavar="RUN_DIR",
