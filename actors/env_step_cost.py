@@ -4,12 +4,14 @@ timed in the actor's own thread.
 The env-step phase of a rollout (`timings["env_step_cpu"]`) is everything from handing the actions to the vector
 env to holding its checked rewards: the env's own step, the wrappers the project puts around it (the witness
 below everything, its time-limit probes, space checks) and the runner's check of the rewards. The reference is
-the part no project code touches: a copy built by gymnasium from the run's arguments as `make_vector_env` asks it
+what a correct phase must spend: a copy built by gymnasium from the run's arguments as `make_vector_env` asks it
 to (`gymnasium_vector_env`: the same id, count, constructor arguments and autoreset mode, Atari's standard
-preprocessing included) but with none of the project's wrappers, stepped with random actions. The
-project's wrappers cost a few per cent of a step (bench/witness_cost.py), so a healthy phase reads near 1;
-work per env step hidden in the phase or in any wrapper above gymnasium's env (a per-env Python loop, a copy of
-every observation) reads as a factor.
+preprocessing included) under the project's own witness (actors/witness.py), stepped with random actions. The
+witness is in the reference because on a tiny pure-Python env (a one-hot corridor, the memory probe) it costs
+as much as the env's step itself: without it a healthy run of such an env read over 2.5. So a healthy phase
+reads near 1 for every env; work per env step hidden in the runner's phase or in any wrapper put around what
+`make_vector_env` returns (a per-env Python loop, a copy of every observation) reads as a factor. The witness's
+own work is held to its invariants, not to this reference.
 
 The run's own envs are never stepped for this: that would change their state, and a local run and a Ray run with
 one actor must stay bit-identical. The copy has its own seed and its own action space's generator, and the global
@@ -96,10 +98,15 @@ class EnvStepCost:
             self.env.reset(seed=self.seed)
             self.env.action_space.seed(self.seed)
         actions = [self.env.action_space.sample() for _ in range(STEPS)]    # drawn outside the timing
+        witnessed = hasattr(self.env, "begin")
+        if witnessed:
+            self.env.begin(STEPS)
         start = time.thread_time()
         for action in actions:
             self.env.step(action)
         self.timings.append((time.thread_time() - start) / STEPS)
+        if witnessed:
+            self.env.take()   # the copy's record: only its cost mattered
 
     def reference(self) -> dict[str, float]:
         """`{"env_step_reference": seconds per vector step}` for the rollout's timings, once one was timed."""

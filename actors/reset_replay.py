@@ -38,7 +38,6 @@ import warnings
 
 import gymnasium as gym
 import numpy as np
-import torch
 
 from .time_limit import StepsSinceReset, TimeLimitDecision
 
@@ -134,6 +133,8 @@ class ResetReplay:
         finished, self.finished = self.finished, []
         if not finished or not self.judged:
             return 0, 0
+        import torch  # here, not at import: a run refused before its network is built never loads torch
+
         saved = np.random.get_state(), random.getstate(), torch.get_rng_state()
         judged = differ = 0
         try:

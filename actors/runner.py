@@ -13,6 +13,7 @@ from .env_step_cost import EnvStepCost, gymnasium_vector_env
 from .envs import find_witness, make_vector_env
 from .inference_cost import ForwardCost
 from .rollout import EpisodeStats, Rollout
+from .witness import Witness
 
 
 class EnvStepError(RuntimeError):
@@ -94,8 +95,9 @@ class EnvRunner:
         self.forward_cost = ForwardCost()
         """The reference the inference phase is judged against (actors/inference_cost.py)."""
         self.env_step_cost = EnvStepCost(
-            lambda: gymnasium_vector_env(env_id, num_envs, atari_options, env_kwargs), seed)
-        """The reference the env-step phase is judged against: a copy of the env, never the run's (env_step_cost.py)."""
+            lambda: Witness(gymnasium_vector_env(env_id, num_envs, atari_options, env_kwargs), seed), seed)
+        """The reference the env-step phase is judged against: a copy of the env under the project's own witness,
+        never the run's (env_step_cost.py)."""
 
     @staticmethod
     def _obs_shape(space: gym.Space) -> tuple[int, ...]:
@@ -181,7 +183,12 @@ class EnvRunner:
             self.state = policy.initial_state(n)
         initial = (self.state.clone(), torch.from_numpy(self.starting.copy()), self.state_age) if recurrent else None
         self.forward_cost.measure(policy, self.obs)
-        self.env_step_cost.measure()
+        # The reference steps a copy of the env: a step that blocks there is the env's, as the watchdog must see.
+        _step_started = time.perf_counter()
+        try:
+            self.env_step_cost.measure()
+        finally:
+            _step_started = None
 
         for t in range(T):
             obs_buf[t] = self.obs

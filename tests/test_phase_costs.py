@@ -15,6 +15,7 @@ from diagnose import diagnose
 from planted_bugs import BY_BUG
 
 from rlvitals.actors.env_step_cost import EVERY, EnvStepCost
+from rlvitals.actors.envs import find_witness
 from rlvitals.actors.runner import EnvRunner
 from rlvitals.actors.witness import Witness
 from rlvitals.costs import ENV_STEP_KEY, actor_cost_ratios
@@ -52,7 +53,9 @@ def test_the_env_step_reference_steps_a_copy_and_leaves_the_run_as_it_was(monkey
     assert random.getstate() == before[0] and np.array_equal(np.random.get_state()[1], before[1])
     assert torch.equal(torch.get_rng_state(), before[2])
     copy = measured.env_step_cost.env
-    assert copy is not None and copy is not measured.env and not isinstance(copy, Witness)   # gymnasium's own
+    # A copy of its own: gymnasium's env under the project's witness, never the run's env or anything around it.
+    assert copy is not None and copy is not measured.env and isinstance(copy, Witness)
+    assert copy.env is not find_witness(measured.env).env
     assert len(measured.env_step_cost.timings) == 3   # the first rollout, the EVERY-th after it, the call above
     assert all("env_step_reference" in r.timings and r.timings["env_step_cpu"] > 0 for r in got)
     assert ENV_STEP_KEY in actor_cost_ratios(got[-1])
