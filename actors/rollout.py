@@ -118,6 +118,13 @@ class Rollout:
         self.__dict__.update(state)
         self.__post_init__()
 
+    @property
+    def bytes_per_sample(self) -> float:
+        """Bytes of this rollout's tensors per valid sample: what a process keeping every sample it sees gains
+        per sample (the memory invariant's unit)."""
+        tensors = [v for v in self.__dict__.values() if isinstance(v, torch.Tensor)]
+        return sum(t.element_size() * t.nelement() for t in tensors) / max(self.valid_count, 1)
+
     @staticmethod
     def alive() -> int:
         """Rollouts of this process not yet garbage-collected."""

@@ -9,10 +9,11 @@ counters can judge (telemetry/invariants.py has their limits and derivations):
 - `inv_weights_frozen`: learner updates (that stepped the network) since the
   newest network age seen in an arriving batch last advanced, beyond what the
   queues can explain;
-- `inv_memory_per_sample`: bytes of memory in use (telemetry.memory) gained per
-  sample processed, over the later half of the run so far, when both its
-  halves grow (`MemoryGrowth`; Ray mode judges each actor incarnation on the
-  samples it produced the same way, and the row holds the worst process);
+- `inv_memory_per_sample`: memory in use (telemetry.memory) gained per sample
+  processed over the later half of the run so far, when both its quarters grow,
+  in samples' worth: over the bytes one sample of the process's own rollouts
+  takes (`MemoryGrowth`; Ray mode judges each actor incarnation on the samples it
+  produced the same way, and the row holds the worst process);
 - `inv_rollouts_retained`: rollouts alive in this process beyond what queues and
   the batch in hand can hold.
 
@@ -52,8 +53,9 @@ DROP_WINDOW = 16
 
 MEMORY_POINTS = 256
 """(samples, bytes in use) points kept; thinned by halves so they span the whole run."""
-MEMORY_MIN_GROWTH = 48 * 2 ** 20
-"""Growth over the judged window below which memory is not judged: allocator noise, caches filling."""
+MEMORY_MIN_GROWTH = 8 * 2 ** 20
+"""Growth over the judged window below which memory is not judged: allocator noise, caches filling (healthy runs
+gain under 1 MiB there; a CartPole actor keeping every rollout gains 14 MiB in the later half of 500k steps)."""
 MEMORY_MIN_POINTS = 32
 
 ORDER_SLACK = 1024
@@ -79,13 +81,15 @@ class PipelineEvidence:
         return {"inv_samples_dropped": self._drop_share()}
 
     def learned(self, samples: int, policy_age: int, stepped: bool, capacity: int | None, memory: float,
-                rollouts_alive: float | None) -> dict[str, float]:
+                rollouts_alive: float | None, sample_bytes: float = 0.0) -> dict[str, float]:
         """One batch learned from: `stepped` when the update moved the network (not skipped as non-finite);
-        `memory`: the learner process's bytes in use now (telemetry.memory.memory_in_use)."""
+        `memory`: the learner process's bytes in use now (telemetry.memory.memory_in_use); `sample_bytes`: the
+        bytes one of the batch's samples takes (Rollout.bytes_per_sample)."""
         self.arrivals.append((samples, 0))
         self.samples += samples
         out = {"inv_samples_dropped": self._drop_share(), "inv_weights_frozen": NAN,
-               "inv_memory_per_sample": self.memory.add(self.samples, memory), "inv_rollouts_retained": NAN,
+               "inv_memory_per_sample": self.memory.add(self.samples, memory, sample_bytes),
+               "inv_rollouts_retained": NAN,
                "inv_run_without_updates": 0.0}   # judged for the whole run when it ends
         bound = (capacity or 1) + 1
         if self.newest_age is None or policy_age > self.newest_age:
@@ -309,11 +313,15 @@ class MemoryGrowth:
         self.points: list[tuple[float, float]] = []
         self.stride = 1
         self.seen = 0
+        self.sample_bytes = 0.0
+        """The largest size of one of the process's samples seen (bytes): the statistic's unit."""
 
-    def add(self, samples: float, memory: float) -> float:
-        """Bytes per sample gained over the later half of the process's points so far, if both quarters of it
-        grew and by MEMORY_MIN_GROWTH in all; else 0; NaN until MEMORY_MIN_POINTS points."""
+    def add(self, samples: float, memory: float, sample_bytes: float) -> float:
+        """Samples' worth of memory gained per sample over the later half of the process's points so far (bytes
+        per sample over `sample_bytes`, one sample's size), if both quarters of it grew and by MEMORY_MIN_GROWTH in
+        all; else 0; NaN until MEMORY_MIN_POINTS points or without a sample size."""
         self.seen += 1
+        self.sample_bytes = max(self.sample_bytes, float(sample_bytes))
         if self.seen % self.stride == 0:
             self.points.append((float(samples), float(memory)))
             if len(self.points) >= MEMORY_POINTS:
@@ -326,4 +334,5 @@ class MemoryGrowth:
         if r2 - r0 < MEMORY_MIN_GROWTH or r1 <= r0 or r2 <= r1 or s2 <= s0:
             return 0.0
         per_sample = min((r1 - r0) / max(s1 - s0, 1.0), (r2 - r1) / max(s2 - s1, 1.0))
-        return per_sample if math.isfinite(per_sample) else NAN
+        kept = per_sample / self.sample_bytes if self.sample_bytes > 0 else NAN
+        return kept if math.isfinite(kept) else NAN

@@ -177,14 +177,16 @@ class Run:
                 actors_memory = stats.pop("actors_memory_per_sample", math.nan)
                 actors_memory_named = stats.pop("actors_memory_named", None)
                 stats.update(self.evidence.learned(n, rollout.policy_age, stats["learner_steps"] > 0,
-                                                   self.queue_capacity, memory_in_use(), stats["rollouts_alive"]))
+                                                   self.queue_capacity, memory_in_use(), stats["rollouts_alive"],
+                                                   rollout.bytes_per_sample))
                 learner_memory = stats["inv_memory_per_sample"]
                 if actors_memory > learner_memory or math.isnan(learner_memory):
                     stats["inv_memory_per_sample"] = actors_memory     # the worst process's growth, and whose
                     if actors_memory_named:
                         stats[MEMORY_NAMED] = actors_memory_named
                 elif self.actor_accounts is not None and not math.isnan(learner_memory):
-                    stats[MEMORY_NAMED] = f"the learner (pid {os.getpid()}): {learner_memory:.4g} bytes per sample"
+                    stats[MEMORY_NAMED] = (f"the learner (pid {os.getpid()}): {learner_memory:.4g} samples' worth "
+                                           "kept per sample")
         with phase("invariants"):
             made_by = producers(rollout)   # Ray: the actors whose rollouts the batch joins, judged apart
             self.judge(stats, self.tracker.updates + 1, made_by)

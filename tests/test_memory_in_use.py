@@ -38,17 +38,21 @@ def test_freed_heap_memory_stays_resident_but_is_not_in_use():
 
 
 def feed(growth: MemoryGrowth, bytes_per_sample: float, points: int, samples_per_point: int = 4096,
-         start: float = 500 * MiB, step_at: int | None = None) -> float:
+         start: float = 500 * MiB, step_at: int | None = None, sample_bytes: float = 500.0) -> float:
     value = math.nan
     for i in range(1, points + 1):
         memory = start + bytes_per_sample * samples_per_point * i + (64 * MiB if step_at and i >= step_at else 0)
-        value = growth.add(samples_per_point * i, memory)
+        value = growth.add(samples_per_point * i, memory, sample_bytes)
     return value
 
 
-def test_a_leak_is_measured_in_bytes_per_sample_and_flat_memory_reads_zero():
+def test_a_leak_is_measured_in_samples_worth_and_flat_memory_reads_zero():
     assert math.isnan(feed(MemoryGrowth(), 1000.0, MEMORY_MIN_POINTS - 1)), "judged before it has its points"
-    assert feed(MemoryGrowth(), 1000.0, 400) == pytest.approx(1000.0)
+    # 1000 bytes gained per sample of 500 bytes: two samples' worth kept per sample; the same bytes per sample
+    # of Atari frames (28 kB) are a small share of one
+    assert feed(MemoryGrowth(), 1000.0, 400) == pytest.approx(2.0)
+    assert feed(MemoryGrowth(), 1000.0, 400, sample_bytes=28_224) == pytest.approx(1000 / 28_224)
+    assert math.isnan(feed(MemoryGrowth(), 1000.0, 400, sample_bytes=0.0)), "no unit, no judgement"
     assert feed(MemoryGrowth(), 0.0, 400) == 0.0
     # a one-off allocation (a cache filling once) grows one quarter only
     assert feed(MemoryGrowth(), 0.0, 400, step_at=300) == 0.0
@@ -59,7 +63,7 @@ def test_a_leak_is_measured_in_bytes_per_sample_and_flat_memory_reads_zero():
 
 def counters(actor: int, produced: int, samples: int, memory: float) -> dict:
     return {"actor": actor, "pid": 100 + actor, "produced": produced, "delivered": produced, "dropped": {},
-            "seconds": {}, "wall": 0.0, "samples": samples, "memory": memory}
+            "seconds": {}, "wall": 0.0, "samples": samples, "memory": memory, "sample_bytes": 1024.0}
 
 
 class Arrival:
@@ -74,12 +78,12 @@ def test_the_driver_judges_each_actor_incarnation_on_the_samples_it_produced():
         accounts.arrived(Arrival(counters(1, n, 512 * n, 300 * MiB + 2048 * 512 * n)))  # 2 KiB per sample
     statistic = accounts.take_statistic()
     assert statistic["inv_actor_accounting"] == 0
-    assert statistic["actors_memory_per_sample"] == pytest.approx(2048)
-    assert statistic["actors_memory_named"].startswith("actor 1 (pid 101): 204")   # whose it is: named
+    assert statistic["actors_memory_per_sample"] == pytest.approx(2.0)   # two 1 KiB samples' worth per sample
+    assert statistic["actors_memory_named"].startswith("actor 1 (pid 101): 2 samples' worth")   # whose: named
     assert "other" not in statistic["actors_memory_named"]      # actor 0 is flat: the one actor that grows
     for n in range(200, 800):      # actor 0 starts growing too: the text says the worst is not alone
         accounts.arrived(Arrival(counters(0, n, 512 * n, 300 * MiB + 1024 * 512 * (n - 199))))
         accounts.arrived(Arrival(counters(1, n, 512 * n, 300 * MiB + 2048 * 512 * n)))
-    assert accounts.take_statistic()["actors_memory_named"].endswith("; 1 of the other 1 measured actors also over 64")
+    assert accounts.take_statistic()["actors_memory_named"].endswith("; 1 of the other 1 measured actors also over 0.5")
     # taken once per update (actors_slow, the peers' comparison, is on every update)
     assert accounts.take_statistic().keys() == {"actors_slow", "actors_silent"}, "taken once per update"

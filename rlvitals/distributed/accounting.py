@@ -60,6 +60,8 @@ class ActorCounters:
         self.actor_id, self.pid = actor_id, pid
         self.produced = self.delivered = 0
         self.samples = 0
+        self.sample_bytes = 0.0
+        """The largest bytes per sample of a rollout delivered (the memory invariant's unit)."""
         """Env steps in the rollouts delivered: what the incarnation's memory growth is judged against."""
         self.dropped: Counter = Counter()
         self.dropped_steps = 0
@@ -126,6 +128,7 @@ class ActorCounters:
         """`rollout` goes back to the driver now: count it, stamp the counters on it."""
         self.delivered += 1
         self.samples += rollout.env_steps
+        self.sample_bytes = max(self.sample_bytes, rollout.bytes_per_sample)
         rollout.actor_counters = (self.snapshot(),)
         self.loaded_since = []
         self._task = None
@@ -144,6 +147,7 @@ class ActorCounters:
         return {"actor": self.actor_id, "pid": self.pid, "produced": self.produced, "delivered": self.delivered,
                 "dropped": dict(self.dropped), "dropped_steps": self.dropped_steps, "seconds": seconds,
                 "wall": time.time() - self.born_wall, "samples": self.samples, "memory": memory_in_use(),
+                "sample_bytes": self.sample_bytes,
                 "weight_loads": self.weight_loads, "versions_loaded": self.versions_loaded,
                 "loaded_versions": tuple(self.loaded_since), "finished": tuple(self.finished)}
 
@@ -179,7 +183,8 @@ class ActorAccounts:
             excess = max(0, self.received[key] - int(counters["produced"]))
             self._excess = excess if self._excess is None else max(self._excess, excess)
             if "memory" in counters:
-                growth = self.memory[key].add(counters["samples"], counters["memory"])
+                growth = self.memory[key].add(counters["samples"], counters["memory"],
+                                              counters.get("sample_bytes", 0.0))
                 if growth == growth:        # not NaN: the incarnation has enough points
                     self.growth[key] = growth
                     if self._memory_per_sample is None or growth > self._memory_per_sample[0]:
@@ -206,7 +211,7 @@ class ActorAccounts:
         if self._memory_per_sample is not None:
             growth, (actor, pid) = self._memory_per_sample
             out["actors_memory_per_sample"] = float(growth)
-            named = f"{actor_name(actor, pid)}: {growth:.4g} bytes per sample it produced"
+            named = f"{actor_name(actor, pid)}: {growth:.4g} samples' worth kept per sample it produced"
             # One actor or all of them: how many others also grow beyond the invariant's limit.
             others = sum(g > MEMORY_LIMIT for k, g in self.growth.items() if k != (actor, pid))
             if others:
