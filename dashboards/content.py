@@ -215,6 +215,11 @@ def learning() -> Dashboard:
             gauges("rlvitals_learner_layer_gradient_rms", by=("layer",), log=True, width=12, note=layer_note),
             gauges("rlvitals_learner_layer_activation_std", by=("layer",), width=12, note=layer_note),
             gauges("rlvitals_learner_layer_dead_ratio", by=("layer",), lo=0, hi=1, width=12, title="Dead units"),
+            gauges("rlvitals_learner_recurrent_state_rms", width=12, title="Recurrent state RMS",
+                   note="Recurrent policies only. Healthy: steady and well away from 0; near 0 after training the core "
+                        "carries nothing forward."),
+            gauges("rlvitals_learner_recurrent_gate_saturated_ratio", lo=0, hi=1, width=12,
+                   title="Saturated recurrent gates", note="Healthy: well below 0.5."),
         ]),
     ])
 

@@ -251,3 +251,22 @@ def record_discrepancy(dist, behaviour_params: torch.Tensor, actions: torch.Tens
 def _grad(output: torch.Tensor) -> torch.Tensor:
     """dL/d(output); zeros where the loss does not reach it (a detached output: other rules say so)."""
     return output.grad.float() if output.grad is not None else torch.zeros_like(output, dtype=torch.float32)
+
+
+SATURATED_SIGMOID, SATURATED_TANH = 4.6, 2.65
+"""|pre-activation| beyond which a sigmoid gate is within 0.01 of 0 or 1, and tanh within 0.01 of -1 or 1."""
+
+
+def recurrent_statistics(net, sequences) -> dict[str, torch.Tensor]:
+    """The policy core's hidden state and gates (debug level): the RMS of the state each env's sequence began with
+    (emptied where its first step begins an episode), and the share of gate units saturated at that first step.
+    A state RMS near 0 after training carries nothing forward; gates saturated near 1 freeze the state and stop
+    the gradient through time."""
+    lstm = net.cores[0].lstm
+    h = sequences.state[:, 0] * (~sequences.starts[0]).to(sequences.state.dtype).unsqueeze(-1)
+    x = net.policy_intake(net.normalized(sequences.obs[0]))
+    pre = x @ lstm.weight_ih_l0.t() + lstm.bias_ih_l0 + h @ lstm.weight_hh_l0.t() + lstm.bias_hh_l0
+    gate_in, forget, cell, gate_out = pre.chunk(4, dim=-1)
+    saturated = torch.cat([g.abs() > SATURATED_SIGMOID for g in (gate_in, forget, gate_out)]
+                          + [cell.abs() > SATURATED_TANH], -1)
+    return {"recurrent_state_rms": h.pow(2).mean().sqrt(), "recurrent_gate_saturated_ratio": saturated.float().mean()}

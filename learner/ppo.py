@@ -337,6 +337,9 @@ class PPOLearner:
             stats.update({"target_hist_sum": (b.targets * b.valid).sum(),
                           "advantage_hist_sum": (b.advantages * b.valid).sum()})
             stats.update(diag.layer_statistics(self.net, b.activations))
+            if b.sequences is not None:
+                with torch.no_grad():
+                    stats.update(diag.recurrent_statistics(self.net, b.sequences))
         return to_host(stats, vectors)
 
     def _autocast(self):

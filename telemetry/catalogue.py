@@ -55,6 +55,8 @@ class Metric:
     buckets: tuple[float, ...] | None = None
     hardware: bool = False
     """Only has samples where the hardware exists (GPU); the family is always declared."""
+    only_in: str = ""
+    """The runs that have it, where not every run does (e.g. `recurrent policy`); counted per such run."""
 
     def at(self, level: str) -> bool:
         return LEVELS.index(level) >= LEVELS.index(self.level) and level != "off"
@@ -328,6 +330,16 @@ METRICS: tuple[Metric, ...] = (
     Metric("rlvitals_learner_layer_dead_ratio", "gauge", "learner", "debug", "percentunit",
            "Fraction of units that are inactive for the whole batch (ReLU output 0, tanh saturated above "
            "0.99). Healthy: well below 0.5; rising means units are dying.", labels=("layer",)),
+    Metric("rlvitals_learner_recurrent_state_rms", "gauge", "learner", "debug", "none",
+           "Recurrent policies: root-mean-square of the policy core's hidden state each env's rollout began with "
+           "(emptied where its first step begins an episode). Near 0 after training: the core carries nothing "
+           "forward; growing without bound: the state is never reset.", source="recurrent_state_rms",
+           only_in="recurrent policy"),
+    Metric("rlvitals_learner_recurrent_gate_saturated_ratio", "gauge", "learner", "debug", "percentunit",
+           "Recurrent policies: share of the policy core's gate units saturated (sigmoid within 0.01 of 0 or 1, the "
+           "cell input's tanh within 0.01 of +-1) at each rollout's first step. Healthy: well below 0.5; near 1 the "
+           "gates no longer respond to their inputs and the gradient through time vanishes.",
+           source="recurrent_gate_saturated_ratio", only_in="recurrent policy"),
     Metric("rlvitals_learner_value_target_distribution", "histogram", "learner", "debug", "none",
            "Histogram of every value target learned from. Same reading as rlvitals_learner_value_target, "
            "with the shape visible.", buckets=SIGNED_BUCKETS),

@@ -123,7 +123,7 @@ def fixed_series(metric: Metric) -> int:
     """Series the metric has in any process, before hardware and per-layer/per-step series."""
     if metric.kind == "info":
         return 1
-    if metric.hardware or any(label in DYNAMIC_LABELS for label in metric.labels):
+    if metric.hardware or metric.only_in or any(label in DYNAMIC_LABELS for label in metric.labels):
         return 0
     if metric.kind == "histogram":
         # One sample per bucket plus +Inf, and _sum/_count where the exposition keeps them.
@@ -133,6 +133,8 @@ def fixed_series(metric: Metric) -> int:
 
 def variable_series(metric: Metric) -> tuple[str, int] | None:
     """(what the count scales with, e.g. "GPU", series per one of it), or None."""
+    if metric.only_in:
+        return metric.only_in, closed_combinations(metric)
     for label in metric.labels:
         if label in HARDWARE_LABELS or label in DYNAMIC_LABELS:
             return SCALES_WITH.get(metric.name, UNIT_OF_LABEL[label]), closed_combinations(metric)
@@ -218,7 +220,8 @@ def _series_table() -> list[str]:
     scale = ", ".join(f"{n} {unit}s" for unit, n in DEFAULT_RUN_SCALE.items())
     defaults = "; ".join(f"{component} {default_run_series(component, 'debug')}" for component in COMPONENTS)
     lines += ["", "Per CUDA device: only in processes that use CUDA (torch memory). Per GPU: NVML readings "
-              "of every GPU of the machine. Per linear layer, activation layer and rollout step: debug only "
+              "of every GPU of the machine. Per recurrent policy: only in runs with `recurrent_size` > 0. "
+              "Per linear layer, activation layer and rollout step: debug only "
               f"(the default run, CartPole-v1 with its default `hidden_sizes` and `rollout_length`, has {scale}, "
               f"so at debug without a GPU: {defaults})."]
     return lines

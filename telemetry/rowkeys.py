@@ -47,6 +47,8 @@ OCCASIONAL_KEYS = {
     "inv_state_reset_at_episode_starts": "recurrent policies only (recurrent_size > 0), on batches at staleness 0",
     "inv_sequence_replay_recomputed": "recurrent policies only (recurrent_size > 0), on batches at staleness 0",
     "inv_weight_loads_per_published_version": "Ray mode only: the actors count their weight loads",
+    "recurrent_state_rms": "debug verbosity, recurrent policies only",
+    "recurrent_gate_saturated_ratio": "debug verbosity, recurrent policies only",
     "inv_reward_scaling_recomputed": "with normalize_rewards on",
     "inv_running_returns_recomputed": "with normalize_rewards on",
     "actor_inference_cost_ratio": "where the policy has a forward pass (not the probe agents), not in Ray's "

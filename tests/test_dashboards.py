@@ -447,7 +447,7 @@ def level_of(expr: str) -> tuple[str, bool]:
     ms = [BY_NAME[n] for n in metric_names(expr)]
     if not ms:
         return "minimal", False
-    return max((m.level for m in ms), key=LEVELS.index), any(m.hardware for m in ms)
+    return max((m.level for m in ms), key=LEVELS.index), any(m.hardware or m.only_in for m in ms)
 
 
 def fleet_only(expr: str) -> bool:
@@ -615,7 +615,8 @@ def test_hardware_and_annotation_queries_are_valid_and_only_they_are_exempt(live
     hardware = [e for _, _, e in all_exprs() if level_of(e)[1]]
     assert hardware, "the GPU panels query nothing"
     for expr in hardware:
-        assert all(BY_NAME[n].hardware for n in metric_names(expr)), f"non-GPU metric in a GPU-only query: {expr}"
+        assert all(BY_NAME[n].hardware or BY_NAME[n].only_in for n in metric_names(expr)), \
+            f"a metric every run has in a query exempt as GPU-only or policy-only: {expr}"
     for expr in hardware + annotation_exprs():
         for level in LIVE_LEVELS:
             assert (level, expr) in live["results"]  # evaluated, and Prometheus accepted it

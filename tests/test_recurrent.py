@@ -121,6 +121,17 @@ def test_the_learner_reproduces_the_actors_log_probabilities():
     assert math.isnan(ff_out["inv_sequence_replay_recomputed"])
 
 
+def test_a_recurrent_learner_provides_the_recurrent_sources_at_debug():
+    from rlvitals.telemetry.catalogue import METRICS
+
+    cfg, runner, net = _recurrent_parts()
+    learner = make_learner(cfg, net, torch.device("cpu"), type("Debug", (), {"wants_debug": True})())
+    stats = learner.learn(runner.collect(net, cfg.rollout_length))
+    sources = [m.source for m in METRICS if m.only_in == "recurrent policy"]
+    assert sources and all(key in stats for key in sources), sources
+    assert stats["recurrent_state_rms"] >= 0 and 0 <= stats["recurrent_gate_saturated_ratio"] <= 1
+
+
 def test_the_reference_replay_is_the_products_at_float32_rounding():
     cfg, runner, net = _recurrent_parts()
     rollout = runner.collect(net, 64)

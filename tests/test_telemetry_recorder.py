@@ -62,6 +62,8 @@ def test_record_learn_sets_every_learner_gauge_from_its_stats_key():
         if m.name in ("rlvitals_learner_training_intensity", "rlvitals_learner_rollouts_alive",
                       "rlvitals_learner_staleness_batches", "rlvitals_learner_actor_weights_mismatch_ratio"):
             continue  # the recorder or the run's learn step adds these (Run.weights_mismatch: the actors' record)
+        if m.level == "debug":
+            continue  # not served at standard
         for labels, key in label_sets(m):
             assert registry.get_sample_value(m.name, labels) == pytest.approx(stats[key]), (m.name, labels)
 
@@ -306,6 +308,8 @@ def test_learner_stats_provide_every_catalogue_source(test_env):
                       "rlvitals_learner_actor_inference_cost_ratio", "rlvitals_learner_actor_env_step_cost_ratio",
                       "rlvitals_invariant_broken", "rlvitals_rule_held_updates"):
             continue  # the recorder, the run's learn step or its health monitor adds these
+        if m.only_in:
+            continue  # a feed-forward learner has none (tests/test_recurrent.py checks a recurrent one's)
         for _, key in label_sets(m):
             if m.name == "rlvitals_invariant_statistic" and (key not in learners or key in OCCASIONAL_KEYS):
                 # the witness's and the run's own statistics (actors/witness.py, rlvitals/evidence.py), and the
