@@ -21,7 +21,8 @@ COMPONENTS: dict[str, str] = {
     "value": "the value head, its loss and its gradient",
     "policy": "the policy loss, advantages as the policy sees them, the entropy bonus",
     "optimizer": "learning rate, optimizer state, gradient clipping, parameter updates",
-    "learner": "the learner's loop: taking the batches actors finished as soon as they are ready",
+    "learner": "the learner as a whole: its loop (taking finished batches as soon as they are ready), its "
+               "replay of recurrent sequences, the cost of its minibatch steps",
     "weight-sync": "publishing the learner's weights to actors and staleness of samples",
     "memory": "memory that grows without bound",
     "throughput": "a stalled or starved part of the pipeline",
