@@ -56,7 +56,9 @@ class MinibatchCost:
         observations, as many as one minibatch of the configured size holds). A recurrent policy's minibatch is a
         share of the batch's env sequences (`sequences`, learner/sequences.py), replayed whole as the learner does."""
         self.updates += 1
-        if (self.updates - 1) % EVERY or obs.shape[0] == 0:
+        # The first updates each measure (the cheapest of them is the reference at once: one slow first reading
+        # on a busy machine would otherwise stand for EVERY updates), then every EVERY-th.
+        if (self.updates > KEPT and (self.updates - 1) % EVERY) or obs.shape[0] == 0:
             return
         if sequences is not None:
             envs = math.ceil(sequences.state.shape[0] / self.s.num_minibatches)
