@@ -278,16 +278,17 @@ def _mujoco_healthy() -> list:
     return MUJOCO_HEALTHY
 
 
-def healthy_jobs(seeds: int, promtool: bool, half_speed: bool = False, full_speed: bool = True) -> list[dict]:
-    """Each healthy env at `seeds` seeds; with `half_speed`, seed 0 once more with everything twice as slow
-    (with `full_speed` False, only that one)."""
+def healthy_jobs(seeds: int, promtool: bool, half_speed: bool = False, full_speed: bool = True,
+                 first_seed: int = 0) -> list[dict]:
+    """Each healthy env at `seeds` seeds from `first_seed`; with `half_speed`, the first seed once more with
+    everything twice as slow (with `full_speed` False, only that one)."""
     from test_diagnosis import HEALTHY
 
     jobs = []
     # a pytest.param (a case the suite marks extended) holds its tuple in .values
     every = [getattr(h, "values", h) for h in HEALTHY] + RAY_HEALTHY + _box2d_healthy() + _mujoco_healthy()
     for env, steps, overrides in every:
-        for seed in range(seeds):
+        for seed in range(first_seed, first_seed + seeds):
             jobs.append({"kind": "healthy", "env": env, "seed": seed, "steps": STEPS.get(env, steps),
                          "overrides": overrides, "promtool": promtool})
         if half_speed:
@@ -407,6 +408,7 @@ def main(argv: list[str] | None = None) -> Path:
     p.add_argument("--skip-healthy", action="store_true", help="only the planted bugs")
     p.add_argument("--skip-run", action="store_true", help="no run channel (the doctor and healthy set only)")
     p.add_argument("--seeds", type=int, default=3, help="healthy seeds per env (default 3)")
+    p.add_argument("--first-seed", type=int, default=0, help="the healthy runs' first seed (default 0)")
     p.add_argument("--envs", default="", help="comma-separated healthy envs (default: all of HEALTHY)")
     p.add_argument("--ray-only", action="store_true", help="healthy set: only the Ray runs")
     p.add_argument("--doctor", choices=("all", "expected", "none"), default="all",
@@ -463,7 +465,7 @@ def main(argv: list[str] | None = None) -> Path:
     if not args.skip_healthy:
         envs = [e for e in args.envs.split(",") if e]
         for job in healthy_jobs(args.seeds, args.promtool, args.half_speed or args.half_speed_only,
-                                not args.half_speed_only):
+                                not args.half_speed_only, args.first_seed):
             if (envs and job["env"] not in envs) or (args.ray_only and job["overrides"].get("mode") != "ray"):
                 continue
             result = run_unit(job, timeout=job.get("slowdown", 1.0) * HEALTHY_BUDGET_S + 300)
