@@ -8,9 +8,10 @@ what a correct phase must spend: a copy built by gymnasium from the run's argume
 to (`gymnasium_vector_env`: the same id, count, constructor arguments and autoreset mode, Atari's standard
 preprocessing included) under the project's own witness (actors/witness.py), stepped with random actions. The
 witness is in the reference because on a tiny pure-Python env (a one-hot corridor, the memory probe) it costs
-as much as the env's step itself: without it a healthy run of such an env read over 2.5. Each timed step of the copy follows an untimed forward pass of the
-policy, as each of a rollout's steps follows its inference: stepped back to back, the copy met warm caches and a
-tiny env's healthy phase read 1.5 to 2.2 over it (1.1 to 1.2 with the forward between). So a healthy phase
+as much as the env's step itself: without it a healthy run of such an env read over 2.5. Each timed step of the
+copy follows an untimed forward pass of the policy, as each of a rollout's steps follows its inference: stepped
+back to back, the copy met warm caches and a tiny env's healthy phase read 1.5 to 2.2 over it (1.1 to 1.2 with
+the forward between). So a healthy phase
 reads near 1 for every env; work per env step hidden in the runner's phase or in any wrapper put around what
 `make_vector_env` returns (a per-env Python loop, a copy of every observation) reads as a factor. The witness's
 own work is held to its invariants, not to this reference.

@@ -28,6 +28,8 @@ from collections import deque
 import torch
 from torch import nn
 
+from .adam import make_adam
+
 KEY = "learner_minibatch_cost_ratio"
 EVERY = 32
 """Measure every this many updates (and on the first): with REPEATS, under 1% of a 4-epoch, 4-minibatch update's
@@ -67,8 +69,7 @@ class MinibatchCost:
             minibatch = obs[:math.ceil(obs.shape[0] / self.s.num_minibatches)]
         if self.net is None:
             self.net = copy.deepcopy(net)
-            self.optimizer = torch.optim.Adam(self.net.parameters(), lr=self.s.learning_rate, betas=self.s.adam_betas,
-                                              eps=self.s.adam_eps)
+            self.optimizer = make_adam(self.net.parameters(), self.s.learning_rate, self.s.adam_betas, self.s.adam_eps)
         with torch.no_grad():
             for mine, theirs in zip(self.net.parameters(), net.parameters(), strict=True):
                 mine.copy_(theirs)

@@ -18,6 +18,7 @@ from torch import nn
 from rlvitals.actors.rollout import Rollout
 
 from . import diagnostics as diag
+from .adam import make_adam
 from .invariants import LearnerInvariants
 from .minibatch_cost import MinibatchCost, cpu_seconds
 from .normalize import LearnerNormalization
@@ -117,8 +118,8 @@ class PPOLearner:
         self.net = net.to(device)
         self.s = settings
         self.device = device
-        self.optimizer = torch.optim.Adam(net.parameters(), lr=settings.learning_rate, betas=settings.adam_betas,
-                                          eps=settings.adam_eps)
+        self.params = list(net.parameters())
+        self.optimizer = make_adam(self.params, settings.learning_rate, settings.adam_betas, settings.adam_eps)
         self.generator = torch.Generator().manual_seed(int(seed) + 1)
         self.noise_scale = diag.GradientNoiseScale()
         self.value_trace = value_trace
@@ -265,7 +266,7 @@ class PPOLearner:
                 grads = diag.flat_grads(net)
                 parts.update({f"grad_norm_{head}": grads.index_select(0, at).norm() for head, at in self.heads.items()})
                 tb = self._clock()
-                grad_norm = nn.utils.clip_grad_norm_(net.parameters(), s.max_grad_norm)
+                grad_norm = nn.utils.clip_grad_norm_(self.params, s.max_grad_norm)
                 first_sampled = steps == 0 and self.invariants.sampled
                 if first_sampled:
                     self.invariants.clipped(grads, diag.flat_grads(net))
