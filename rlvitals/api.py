@@ -23,14 +23,25 @@ API_COMMAND = "rlvitals.train()"
 """What meta.json's command records after the script's name for a run started from Python."""
 
 
+def fields_set(config: TrainConfig) -> dict[str, Any]:
+    """The fields of `config` that differ from TrainConfig's defaults, its preset included.
+
+    A TrainConfig does not know which of its fields were given: one at its default is read as not given, so the
+    preset (the config's own, or a `preset=` keyword) sets it, as it would under a config file. A field meant to
+    keep its default value under a preset is passed as a keyword: `train(cfg, learning_rate=2.5e-4)`."""
+    defaults = TrainConfig().to_dict()
+    return {name: value for name, value in config.to_dict().items() if value != defaults[name]}
+
+
 def make_config(config: TrainConfig | dict | str | os.PathLike | None = None, **fields: Any) -> TrainConfig:
-    """A validated TrainConfig: defaults, then `config` (a TrainConfig, a dict of fields or a YAML file's path),
-    then `fields`. Values are read as the command line reads them; ConfigError names the first bad one."""
+    """A validated TrainConfig: defaults, then the preset, then `config` (a TrainConfig, a dict of fields or a YAML
+    file's path), then `fields`. Values are read as the command line reads them; ConfigError names the first bad
+    one. A TrainConfig's fields at their defaults are open to the preset (`fields_set`)."""
     yaml_path = None
     if config is None or isinstance(config, dict):
         values = {**(config or {}), **fields}
     elif isinstance(config, TrainConfig):
-        values = {**config.to_dict(), **fields}
+        values = {**fields_set(config), **fields}
     elif isinstance(config, (str, os.PathLike)):
         yaml_path, values = str(config), dict(fields)
     else:

@@ -226,3 +226,17 @@ def _resume_and_list(runs: Path, tmp_path: Path) -> None:
                                                                            else []))
     path, size = build_report([str(runs / "classic"), str(older)], tmp_path / "report.html")
     assert path.is_file() and size > 0
+
+
+def test_the_api_applies_a_preset_named_in_a_train_config_or_a_keyword_under_the_fields_given():
+    from rlvitals.api import make_config
+
+    mujoco = build_config(None, {"preset": "mujoco"})
+    named = make_config(TrainConfig(preset="mujoco", env="Hopper-v5", seed=3))
+    assert named == dataclasses.replace(mujoco, env="Hopper-v5", seed=3)
+    assert make_config(TrainConfig(env="Hopper-v5"), preset="mujoco") == dataclasses.replace(mujoco, env="Hopper-v5")
+    # A field given away from its default stays; one meant to keep its default under a preset is a keyword.
+    assert make_config(TrainConfig(preset="mujoco", num_envs=4)).num_envs == 4
+    assert make_config(TrainConfig(preset="mujoco"), num_envs=TrainConfig().num_envs).num_envs == TrainConfig().num_envs
+    # A config the builder made already holds its preset's values: building it again changes nothing.
+    assert make_config(mujoco) == mujoco

@@ -32,6 +32,11 @@ it started from (`preset: mujoco`; empty for none), so `rlvitals runs DIR --filt
 runs, and a run dir written before presets existed loads with no preset. `--resume` keeps the run's preset
 (another one is refused, as any change that would make it a different run).
 
+From Python, `rlvitals.train(preset="mujoco", env="Hopper-v5")` stacks the same way (keywords are the flags).
+A `TrainConfig` passed in does not know which of its fields were given: those at their defaults take the
+preset's values (`rlvitals.train(TrainConfig(preset="mujoco", env="Hopper-v5"))` trains with the preset), and a
+field meant to keep its default value under a preset is passed as a keyword.
+
 When a run's env belongs to a family with a preset of its own and neither `--preset` nor `--config` was
 given, `rlvitals train` says so in one line on stderr before it trains:
 
