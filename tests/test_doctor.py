@@ -268,7 +268,32 @@ class Unseeded(Base):
         return np.random.default_rng(time.perf_counter_ns()).uniform(-1, 1, size=2).astype(np.float32)
 
 
-for cls in (Base, OutOfSpace, NanReward, Endless, Unseeded):
+class OwnLimitKept(Base):
+    """Keeps a time limit of its own and never zeroes it in reset(): every episode after the first lasts a step."""
+
+    def __init__(self):
+        super().__init__()
+        self.elapsed = 0
+
+    def step(self, action):
+        obs, reward, terminated, _, info = super().step(action)
+        self.elapsed += 1
+        return obs, reward, terminated, self.elapsed >= 15, info
+
+
+class Depleting(Base):
+    """Pays from a store that reset() does not refill: later episodes earn less, observing the same."""
+
+    def __init__(self):
+        super().__init__()
+        self.store = 30
+
+    def reward(self):
+        self.store = max(self.store - 1, 0)
+        return float(self.store > 0)
+
+
+for cls in (Base, OutOfSpace, NanReward, Endless, Unseeded, OwnLimitKept, Depleting):
     gym.register(f"doctortest/{cls.__name__}-v0", entry_point=cls)
 '''
 
@@ -286,6 +311,8 @@ def env_module(tmp_path_factory):
     ("NanReward-v0", {"doctor-env-reward-not-finite"}),
     ("Endless-v0", {"doctor-env-episode-never-ends"}),
     ("Unseeded-v0", {"doctor-env-seeding-not-reproducible"}),
+    ("OwnLimitKept-v0", {"doctor-env-reset-does-not-restore"}),
+    ("Depleting-v0", {"doctor-env-reset-does-not-restore"}),
 ])
 def test_env_check_flags_each_broken_env(env_module, monkeypatch, env, rules):
     from rlvitals.actors.envs import resolve_env_id
@@ -300,6 +327,18 @@ def test_env_check_flags_each_broken_env(env_module, monkeypatch, env, rules):
         assert "element 1 is 3" in verdicts[0].message and "bounds [-1, 1]" in verdicts[0].message
     if env == "Endless-v0":
         assert "the bound is 200 steps" in verdicts[0].message
+
+
+def test_env_check_names_a_time_limit_that_keeps_its_count_across_resets():
+    from planted_bugs import BY_BUG
+
+    from rlvitals.doctor.envcheck import check_env
+
+    with pytest.MonkeyPatch.context() as mp:
+        BY_BUG["time_limit_counter_not_reset"].apply(mp)
+        verdicts, lines = check_env("Pendulum-v1", seed=0)
+    assert {v.rule for v in verdicts} == {"doctor-env-reset-does-not-restore", "doctor-env-time-limit-broken"}, lines
+    assert all(v.component == "env" and v.severity == "critical" for v in verdicts)
 
 
 def test_env_check_passes_registered_envs():

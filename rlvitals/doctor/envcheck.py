@@ -9,6 +9,9 @@ Every finding is a Verdict with component `env`:
 - episodes that end (terminated or truncated) within a bound;
 - seeded resets that reproduce: the same seed gives the same first observation
   and, under the same actions, the same trajectory;
+- resets that restore: an episode played after an autoreset equals its replay on a fresh instance from the
+  same generator state and actions (the witness's reset replay, actors/reset_replay.py), and the TimeLimit's
+  decisions follow the steps since the reset (actors/time_limit.py);
 - steps that return: one that blocks longer than the step timeout (steplimit.py) ends the check.
 """
 
@@ -95,20 +98,52 @@ def _show(row: np.ndarray) -> str:
     return f"[{items}{', ...' if row.size > 6 else ''}]"
 
 
+class _Witnessed:
+    """What the witness below the env judged over a walk: replays of episodes after an autoreset on a fresh instance
+    (actors/reset_replay.py) and the TimeLimit's decisions (actors/time_limit.py)."""
+
+    def __init__(self):
+        self.replays = self.replays_differ = self.limit_decisions = self.limit_wrong = 0
+
+    def add(self, rollout) -> None:
+        for record in rollout.witness:
+            self.replays += record.reset_replays
+            self.replays_differ += record.reset_replays_differ
+            self.limit_decisions += record.limit_decisions
+            self.limit_wrong += record.limit_wrong
+
+    def report(self, name: str, findings: _Findings) -> None:
+        if self.replays_differ:
+            findings.add("doctor-env-reset-does-not-restore", "critical",
+                         f"with the {name}, {self.replays_differ} of {self.replays} episodes played after an "
+                         "autoreset differ from the same episode replayed on a fresh instance (the same generator "
+                         "state from reset, the same actions): reset() leaves state from earlier episodes (a step "
+                         "counter, something used up, a cached value); it must restore everything an episode uses")
+        if self.limit_wrong:
+            findings.add("doctor-env-time-limit-broken", "critical",
+                         f"with the {name}, {self.limit_wrong} of {self.limit_decisions} time-limit decisions did "
+                         "not follow the steps since the episode's reset (truncated before the limit, or not at "
+                         "it): the TimeLimit's step count must start again at every reset")
+
+
 def _walk(runner, agent, name: str, bound: int, findings: _Findings) -> None:
-    """Step until every env has finished an episode (or the bound passed), checking what comes back."""
+    """Step until every env has finished two episodes (the second starts at an autoreset, where state carried
+    across reset shows) or the bound has passed with an episode unfinished, checking what comes back."""
     from rlvitals.actors.runner import EnvStepError
 
     ended = np.zeros(runner.num_envs, dtype=bool)
+    episodes = np.zeros(runner.num_envs, dtype=np.int64)
     since_start = np.zeros(runner.num_envs, dtype=np.int64)
     longest = np.zeros(runner.num_envs, dtype=np.int64)
+    witnessed = _Witnessed()
     steps = 0
-    while steps <= bound and not ended.all():
+    while (episodes < 2).any() and (steps <= bound or ended.all()) and steps <= 2 * bound + CHUNK:
         try:
             rollout = runner.collect(agent, CHUNK)
         except EnvStepError as exc:
             findings.add("doctor-env-raised", "critical", f"with the {name}: {exc}")
             return
+        witnessed.add(rollout)
         obs = rollout.obs.numpy()
         problem = _space_violation(runner.obs_space, obs.reshape(-1, *obs.shape[2:]))
         if problem is not None:
@@ -129,8 +164,10 @@ def _walk(runner, agent, name: str, bound: int, findings: _Findings) -> None:
             since_start += valid[t]
             longest = np.maximum(longest, since_start)
             ended |= done[t]
+            episodes += done[t]
             since_start[done[t]] = 0
         steps += CHUNK
+    witnessed.report(name, findings)
     if not ended.all():
         findings.add("doctor-env-episode-never-ends", "critical",
                      f"with the {name}, {int((~ended).sum())} of {runner.num_envs} episodes had not ended "
@@ -215,7 +252,8 @@ def check_env(env_id: str, seed: int = 0, max_episode_steps: int | None = None,
                 break
     verdicts = list(findings.verdicts.values())
     lines = [f"{'FAIL' if verdicts else 'PASS'}  env {env_id}: observations in space and finite, rewards finite, "
-             f"episodes end within {bound} steps, seeded resets reproduce, steps return within {step_timeout:g} s "
+             f"episodes end within {bound} steps, seeded resets reproduce, resets restore, steps return within "
+             f"{step_timeout:g} s "
              f"({time.perf_counter() - started:.1f}s, {', '.join(n for n, _, _ in made)})"]
     lines += [f"      {v.rule}: {v.message}" for v in verdicts]
     return verdicts, lines
