@@ -8,9 +8,10 @@ preset of the env's family, rlvitals/presets), one at a time, one torch thread. 
 bench/results/baselines_runs.jsonl as soon as it ends, and runs already recorded for the same env, seed, budget
 and code version are not run again (unless --again): the whole table takes days of this 2-core machine, so it is
 filled over several sittings. bench/results/baselines.json holds the table: per env the mean and standard
-deviation over seeds of the last-100 mean training return (episodes of the stochastic policy, as CleanRL's
-benchmark reports), the published figure with its source, whether the mean reaches it, and every verdict the runs
-raised (a healthy run must end with none at warning or critical).
+deviation over seeds of the figure the published one is of: the last-100 mean training return (episodes of the
+stochastic policy) beside CleanRL's, and the final policy acting greedily for 50 episodes (`rlvitals eval`) beside
+the zoo's deterministic evaluations; the published figure with its source, whether the mean reaches it, and every
+verdict the runs raised (a healthy run must end with none at warning or critical).
 
 Published figures (the budget is the one they were measured at):
 - CleanRL ppo.py, classic control, 500k steps: docs.cleanrl.dev/rl-algorithms/ppo (ppo.py's table).
@@ -42,12 +43,23 @@ CLEANRL_MUJOCO = "CleanRL ppo_continuous_action.py, MuJoCo v4, openrlbenchmark t
 ZOO = "rl-baselines3-zoo benchmark.md, PPO, one run, deterministic evaluation"
 
 
+EVAL_EPISODES = 50
+"""Episodes of the final policy acting greedily, per run (the zoo's figures are of its deterministic policy)."""
+EVAL_SEED = 10_000
+"""The greedy evaluation's env seed is this plus the run's seed: episodes the training never saw."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Published:
     mean: float
     std: float
     budget: int
     source: str
+
+    @property
+    def greedy(self) -> bool:
+        """Whether the figure is of the deterministic policy (the zoo's) rather than of training episodes."""
+        return self.source.startswith(ZOO)
 
 
 PUBLISHED = {
@@ -88,8 +100,15 @@ def one_run(env: str, seed: int, budget: int) -> dict:
             raise SystemExit(f"{env} seed {seed}: rlvitals train exited {proc.returncode}: {proc.stderr[-2000:]}")
         summary = json.loads(Path(f"{tmp}/run/summary.json").read_text())
         verdicts = json.loads(Path(f"{tmp}/run/verdicts.json").read_text())
+        # The zoo's figures are of the deterministic policy: the final checkpoint acting greedily, as `rlvitals eval`.
+        evaluated = subprocess.run([sys.executable, "-m", "rlvitals.cli", "eval", "--run-dir", f"{tmp}/run",
+                                    "--episodes", str(EVAL_EPISODES), "--seed", str(EVAL_SEED + seed)],
+                                   cwd=REPO, capture_output=True, text=True)
+        greedy = json.loads(evaluated.stdout.strip().splitlines()[-1]) if evaluated.returncode == 0 else None
     return {"env": env, "seed": seed, "budget": budget, "preset": preset.name, "code_version": code_version(),
             "last_100_mean_return": summary["mean_return_last_100"], "env_steps": summary["env_steps"],
+            "greedy_mean_return": greedy.get("mean") if greedy else None, "greedy_episodes": EVAL_EPISODES,
+            "greedy_checkpoint_updates": greedy.get("checkpoint_updates") if greedy else None,
             "wall_seconds": round(wall, 1), "env_steps_per_second": summary["env_steps_per_second"],
             "verdict_counts": summary["verdicts"],
             "verdicts": [{k: v.get(k) for k in ("rule", "severity", "component", "first_update")} for v in verdicts],
@@ -112,12 +131,16 @@ def table(runs: list[dict]) -> dict:
         latest = {}
         for r in mine:   # one run per seed: the last recorded
             latest[r["seed"]] = r
-        returns = [r["last_100_mean_return"] for r in latest.values()]
+        key = "greedy_mean_return" if published.greedy else "last_100_mean_return"
+        if any(r.get(key) is None for r in latest.values()):
+            continue
+        returns = [r[key] for r in latest.values()]
         mean = statistics.fmean(returns)
         out[env] = {
             "preset": latest[next(iter(latest))]["preset"], "seeds": sorted(latest), "budget": published.budget,
             "mean": round(mean, 2), "std": round(statistics.pstdev(returns), 2) if len(returns) > 1 else None,
-            "per_seed": {s: round(r["last_100_mean_return"], 2) for s, r in sorted(latest.items())},
+            "compared": "greedy evaluation, 50 episodes" if published.greedy else "last-100 training return",
+            "per_seed": {s: round(r[key], 2) for s, r in sorted(latest.items())},
             "published": dataclasses.asdict(published), "reaches_published": mean >= published.mean,
             "warnings_or_worse": sum(r["verdict_counts"]["warning"] + r["verdict_counts"]["critical"]
                                      for r in latest.values()),
@@ -129,12 +152,13 @@ def table(runs: list[dict]) -> dict:
 
 
 def markdown(rows: dict) -> str:
-    lines = ["| env | preset | budget | seeds | rlvitals (mean ± std) | published | source | verdicts |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| env | preset | budget | seeds | rlvitals (mean ± std) | figure | published | source | verdicts |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for env, row in rows.items():
         mine = f"{row['mean']:,.1f}" + (f" ± {row['std']:,.1f}" if row["std"] is not None else "")
         pub = row["published"]
         lines.append(f"| {env} | {row['preset']} | {row['budget']:,} | {len(row['seeds'])} | {mine} | "
+                     f"{row['compared']} | "
                      f"{pub['mean']:,.1f} ± {pub['std']:,.1f} | {pub['source']} | "
                      f"{', '.join(row['verdicts']) or 'none'} |")
     return "\n".join(lines)
@@ -160,7 +184,8 @@ def main() -> None:
                 run = one_run(env, seed, budget)
                 with RUNS.open("a") as f:
                     f.write(json.dumps(run) + "\n")
-                print(f"{env} seed {seed}: last-100 return {run['last_100_mean_return']:,.1f} "
+                print(f"{env} seed {seed}: last-100 return {run['last_100_mean_return']:,.1f}, greedy "
+                      f"{run['greedy_mean_return']} "
                       f"(published {PUBLISHED[env].mean:,.1f}), {run['env_steps_per_second']:,.0f} env steps/s, "
                       f"verdicts {run['verdict_counts']}", flush=True)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
