@@ -53,6 +53,14 @@ A preset sets the learning settings, the family's reference env and the publishe
 (`total_env_steps`); never where or how the run goes (mode, Ray, telemetry, run directory).
 The envs of a family install as an extra of rlvitals, named beside each preset below.
 
+The MuJoCo preset steps one env, so a local run alternates between stepping it and learning. With two cores
+or more, `--mode ray --num-actors 1` steps the env in an actor process while the learner learns: on this
+project's 2-core machine 1.84x Stable-Baselines3's env steps per second on HalfCheetah-v5 with the same
+settings, against 1.15x in one process (bench/README.md). The learning is then not quite the same: a rollout
+may come from weights an update or two old (`rollouts_in_flight`), which the V-trace targets and PPO's ratio to
+the stored behaviour probabilities correct; local mode stays serial and deterministic. How every preset does
+against the published returns is in bench/README.md (`bench/baselines.py`).
+
 This page is written by `python -m rlvitals.presets` from `rlvitals/presets/catalogue.py`; edit that, not this.
 """
 
