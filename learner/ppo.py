@@ -118,8 +118,7 @@ class PPOLearner:
         self.net = net.to(device)
         self.s = settings
         self.device = device
-        self.params = list(net.parameters())
-        self.optimizer = make_adam(self.params, settings.learning_rate, settings.adam_betas, settings.adam_eps)
+        self.optimizer = make_adam(net.parameters(), settings.learning_rate, settings.adam_betas, settings.adam_eps)
         self.generator = torch.Generator().manual_seed(int(seed) + 1)
         self.noise_scale = diag.GradientNoiseScale()
         self.value_trace = value_trace
@@ -266,7 +265,7 @@ class PPOLearner:
                 grads = diag.flat_grads(net)
                 parts.update({f"grad_norm_{head}": grads.index_select(0, at).norm() for head, at in self.heads.items()})
                 tb = self._clock()
-                grad_norm = nn.utils.clip_grad_norm_(self.params, s.max_grad_norm)
+                grad_norm = nn.utils.clip_grad_norm_(net.parameters(), s.max_grad_norm)
                 first_sampled = steps == 0 and self.invariants.sampled
                 if first_sampled:
                     self.invariants.clipped(grads, diag.flat_grads(net))
