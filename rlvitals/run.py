@@ -27,8 +27,9 @@ from rlvitals.actors.episode_witness import EpisodeWitness
 from rlvitals.actors.rollout import Rollout
 from rlvitals.actors.streams import StreamIndependence
 from rlvitals.costs import actor_cost_ratios
-from rlvitals.learner.invariants import learning_rate_gap, observation_pairing, scheduled_learning_rate
+from rlvitals.learner.invariants import is_sampled, learning_rate_gap, observation_pairing, scheduled_learning_rate
 from rlvitals.telemetry.attribution import InvariantAttribution, producers
+from rlvitals.telemetry.exported import ExportCheck
 from rlvitals.telemetry.health import TEXT_KEYS, HealthMonitor
 from rlvitals.telemetry.interface import or_null
 from rlvitals.telemetry.invariant_monitor import InvariantMonitor
@@ -75,6 +76,8 @@ class Run:
         self.evidence = PipelineEvidence()
         self.handed = HandedWeights()
         self.steps_accounted = WitnessedSteps()
+        self.exports = ExportCheck()
+        """The learner gauges a scrape reads, against the values computed (telemetry/exported.py)."""
         self.streams = StreamIndependence()
         self.episodes = EpisodeWitness()
         self.attribution = InvariantAttribution()
@@ -154,6 +157,7 @@ class Run:
             stats.update(self.episodes.observe(rollout))  # the episodes reported are the env's
             stats.update(self.handed.take_statistic())    # every rollout acted with the weights it was handed
             stats.update(self.steps_accounted.take_statistic())   # every env step the witness counted arrived
+            stats.update(self.exports.take_statistic())   # the last sampled update's gauges, as a scrape read them
             stats.update(actor_cost_ratios(rollout))   # each actor phase against its reference (rlvitals/costs.py)
             if self.actor_accounts is not None:
                 stats.update(self.actor_accounts.take_statistic())
@@ -194,6 +198,8 @@ class Run:
         if learn:
             with phase("telemetry"):
                 self.telemetry.record_learn(stats)  # counts a skipped update's samples as dropped itself
+                if is_sampled(self.tracker.updates):   # what a scrape reads, against what was computed
+                    self.exports.after_record(stats, self.telemetry.exported())
             with phase("bookkeeping"):
                 self.guard.update_ok(stats, rollout)
         self.stats = stats

@@ -59,6 +59,9 @@ class Telemetry(Protocol):
     def phase(self, name: str):
         """Context manager adding the seconds spent inside it to the learner's phase `name`."""
 
+    def exported(self) -> dict[str, dict[tuple, float]] | None:
+        """What a scrape reads of the learner's gauges (telemetry/exported.py); None where nothing is exported."""
+
     def state(self) -> dict:
         """Plain data for a checkpoint: counters go on from it after a resume."""
 
@@ -115,6 +118,9 @@ class NullTelemetry:
 
     def phase(self, name: str):
         return _NO_PHASE
+
+    def exported(self) -> None:
+        return None   # nothing is exported
 
     def state(self) -> dict:
         return {}
@@ -186,6 +192,22 @@ class RecorderTelemetry:
 
     def phase(self, name: str):
         return _Phase(self._recorder, name)
+
+    def exported(self) -> dict[str, dict[tuple, float]]:
+        """What a scrape reads of the catalogue's series: metric name -> {label values: value}, through the same
+        collector the endpoint serves (every family this process exports; one with no series is empty)."""
+        from .catalogue import BY_NAME
+        from .collectors import CatalogueCollector
+
+        out: dict[str, dict[tuple, float]] = {}
+        for family in CatalogueCollector(self._recorder).collect():
+            metric = BY_NAME.get(family.name) or BY_NAME.get(family.name + "_total")
+            if metric is None or metric.kind != "gauge":
+                continue
+            series = out.setdefault(metric.name, {})
+            for sample in family.samples:
+                series[tuple(sample.labels.get(label) for label in metric.labels)] = sample.value
+        return out
 
     def state(self) -> dict:
         return self._recorder.state()

@@ -79,7 +79,7 @@ STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("actor_accounting", "env_steps_accounted", "samples_dropped", "rollouts_retained", "memory_per_sample",
       "learner_waits_while_ready", "run_without_updates")),
     ("telemetry", "the exported diagnostics, against their recomputation",
-     ("telemetry_recomputed", "episode_statistics")),
+     ("telemetry_recomputed", "episode_statistics", "exported_as_computed")),
 )
 """The stages of a learn step in the data's path, upstream first, and the invariants that hold each stage's output
 to its reference given its own inputs. The naming rule, for the run's verdicts and the doctor alike: of the

@@ -232,4 +232,16 @@ LEARNER_INVARIANTS: tuple[Invariant, ...] = (
         "float64, so they agree to about 1e-15 of the episode's sum of |reward| (limit 1e-6); lengths and the "
         "number of episodes are exact. Episodes that began in an earlier rollout are not recomputed: nothing "
         "is carried across rollouts and the actors pay nothing (actors/episode_witness.py)."),
+    Invariant(
+        "exported_as_computed", "telemetry", "telemetry", 0.0, 2,
+        "A learner metric a scrape reads is not the value the run computed",
+        "Right after the metrics took an update's statistics, a learner gauge read back as Prometheus scrapes "
+        "it differs from the value it was set from: the exporter files a statistic under another metric or "
+        "label, scales or converts it, or drops it. Rows, verdicts and the learning are right; the dashboards "
+        "and alerts show something else.",
+        "On sampled updates, every learner gauge fed from an update's statistic (the catalogue's `source`) is "
+        "read through the same collector the /metrics endpoint serves and compared with the statistic: a float "
+        "set and read back is the same float, so the comparison is exact. Statistic: the share of the compared "
+        "series that differ, judged on the next update; NaN at verbosity off (nothing exported) or where no "
+        "statistic was finite (telemetry/exported.py)."),
 )

@@ -56,7 +56,7 @@ class Histogram:
         self.sum += total
 
 
-def _label_sets(metric: Metric, source: str):
+def label_sets(metric: Metric, source: str):
     """(labels tuple, stats key) for every bounded label combination of a metric."""
     if not metric.labels:
         return [((), source)]
@@ -99,7 +99,7 @@ class Recorder:
         self._counts_arrivals = "actor" not in wanted
         self.metrics = [m for m in METRICS if m.at(level) and m.component in wanted]
         self.enabled = {m.name for m in self.metrics}
-        self._sources = {m.name: _label_sets(m, m.source) for m in self.metrics if m.source and m.kind != "histogram"}
+        self._sources = {m.name: label_sets(m, m.source) for m in self.metrics if m.source and m.kind != "histogram"}
         for m in self.metrics:
             if m.kind == "histogram":
                 self.histograms[m.name] = Histogram(m.buckets)

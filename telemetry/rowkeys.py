@@ -56,6 +56,7 @@ OCCASIONAL_KEYS = {
     "actor_env_step_cost_ratio": "not in Ray's synchronous batches (they join several actors' rollouts), nor where a "
                                  "copy of the env cannot be built and stepped",
     "learner_minibatch_cost_ratio": "where a learner runs (not the probe agents)",
+    "inv_exported_as_computed": "where the metrics are exported (verbosity minimal and up), from the second update",
 }
 OCCASIONAL_KEYS.update({inv.names_key: "Ray mode only, once some process broke the invariant"
                         for inv in INVARIANTS if inv.names_key})
