@@ -144,7 +144,7 @@ def table(runs: list[dict]) -> dict:
             "published": dataclasses.asdict(published), "reaches_published": mean >= published.mean,
             "warnings_or_worse": sum(r["verdict_counts"]["warning"] + r["verdict_counts"]["critical"]
                                      for r in latest.values()),
-            "verdicts": sorted({v["rule"] for r in latest.values() for v in r["verdicts"]}),
+            "verdicts": sorted({f"{v['rule']} ({v['severity']})" for r in latest.values() for v in r["verdicts"]}),
             "env_steps_per_second": round(statistics.median(r["env_steps_per_second"] for r in latest.values())),
             "code_versions": sorted({r["code_version"] for r in latest.values()}),
         }
