@@ -14,7 +14,8 @@ row holds; `bands` reads the healthy ranges the catalogue's help text states;
 `invariants_learner` and `invariants_pipeline` list them by the part whose
 data they read, `invariants` puts them in one list with the stages of a
 learn step they belong to, `invariant_monitor` judges them per update, and
-`attribution` says which Ray actors' batches broke one. `rule_model` says
+`attribution` says which Ray actors' batches broke one; `exported` holds what a
+scrape reads of the learner's gauges to the values the run computed. `rule_model` says
 what a health rule is and `rules` lists them (the invariants' among them);
 `health` judges them on a run's rows.
 
