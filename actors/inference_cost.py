@@ -30,6 +30,20 @@ KEPT = 2 * REPEATS
 machine."""
 
 
+def bare_forward(policy, obs: np.ndarray):
+    """A call running the policy network's forward pass on `obs`, nothing else (no draw, no grad); None for a
+    policy with no `forward` (the probe agents)."""
+    forward = getattr(policy, "forward", None)
+    if forward is None:
+        return None
+    batch = torch.as_tensor(obs)
+
+    def run():
+        with torch.no_grad():
+            forward(batch)
+    return run
+
+
 class ForwardCost:
     def __init__(self):
         self.collects = 0
@@ -38,15 +52,13 @@ class ForwardCost:
     def measure(self, policy, obs: np.ndarray) -> None:
         """Before a rollout: every EVERY-th time, one timed forward pass of the policy's network on `obs`."""
         self.collects += 1
-        forward = getattr(policy, "forward", None)
-        if forward is None or (self.collects - 1) % EVERY:
+        run = bare_forward(policy, obs)
+        if run is None or (self.collects - 1) % EVERY:
             return
-        batch = torch.as_tensor(obs)
-        with torch.no_grad():
-            for _ in range(REPEATS):
-                start = time.process_time()
-                forward(batch)
-                self.timings.append(time.process_time() - start)
+        for _ in range(REPEATS):
+            start = time.process_time()
+            run()
+            self.timings.append(time.process_time() - start)
 
     def reference(self) -> dict[str, float]:
         """`{"forward_reference": seconds}` for the rollout's timings, once one forward pass was timed."""

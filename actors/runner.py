@@ -11,7 +11,7 @@ import torch
 
 from .env_step_cost import EnvStepCost, gymnasium_vector_env
 from .envs import find_witness, make_vector_env
-from .inference_cost import ForwardCost
+from .inference_cost import ForwardCost, bare_forward
 from .rollout import EpisodeStats, Rollout
 from .witness import Witness
 
@@ -159,19 +159,6 @@ class EnvRunner:
         logp = (-0.5 * actions.pow(2) - 0.5 * math.log(2 * math.pi)).sum(-1)
         return actions, torch.zeros(k, num_params), logp
 
-    def _bare_forward(self, policy):
-        """The policy network's forward pass on the current observations, with no draw (None for a policy with no
-        `forward`, a probe agent): what a rollout's env steps alternate with."""
-        forward = getattr(policy, "forward", None)
-        if forward is None:
-            return None
-        batch = torch.as_tensor(self.obs)
-
-        def run():
-            with torch.no_grad():
-                forward(batch)
-        return run
-
     def collect(self, policy, num_steps: int) -> Rollout:
         """Step every env `num_steps` times with `policy`; return the rollout."""
         global _step_started
@@ -199,7 +186,7 @@ class EnvRunner:
         # The reference steps a copy of the env: a step that blocks there is the env's, as the watchdog must see.
         _step_started = time.perf_counter()
         try:
-            self.env_step_cost.measure(self._bare_forward(policy))
+            self.env_step_cost.measure(bare_forward(policy, self.obs))   # a rollout's steps alternate with it
         finally:
             _step_started = None
 

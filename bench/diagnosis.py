@@ -95,11 +95,8 @@ def unit_run(job: dict) -> dict:
     bug = BY_BUG[job["bug"]]
     with tempfile.TemporaryDirectory(prefix="bench-diagnosis-") as tmp:
         t0 = time.perf_counter()
-        # The exporter exists only where metrics are served (as `rlvitals train` serves them): its faults' runs
-        # serve theirs; the others run without an endpoint, as before.
         found = diagnose(Path(tmp) / bug.name, env=bug.env, bug=bug, budget_s=job["budget_s"],
-                         stop_on_verdict=True, slowdown=job.get("slowdown", 1.0),
-                         serve_metrics=bug.invariant == "exported_as_computed")
+                         stop_on_verdict=True, slowdown=job.get("slowdown", 1.0))
         wall = time.perf_counter() - t0
     first = found.first
     loud = [v for v in found.verdicts if v.severity in LOUD]

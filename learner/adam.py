@@ -2,8 +2,8 @@
 
 torch's fused Adam updates every parameter in one kernel; the default on a CPU is a loop of about ten small ops
 per tensor. On the MuJoCo preset's network (two 64x64 MLPs, a dozen tensors) the fused step is about a quarter of
-the looped one's time (bench/learner_step.py). The update rule is the same; the rounding order differs, within
-the float32 rounding the optimizer-step invariant allows (learner/invariants/optimizer_step.py).
+the looped one's time (72 vs 299 us; bench/README.md, issue 33). The update rule is the same; the rounding order
+differs, within the float32 rounding the optimizer-step invariant allows (learner/invariants/optimizer_step.py).
 """
 
 from __future__ import annotations

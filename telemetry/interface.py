@@ -201,7 +201,7 @@ class RecorderTelemetry:
 
         out: dict[str, dict[tuple, float]] = {}
         for family in CatalogueCollector(self._recorder).collect():
-            metric = BY_NAME.get(family.name) or BY_NAME.get(family.name + "_total")
+            metric = BY_NAME.get(family.name)   # gauges keep their catalogue name (counters drop _total)
             if metric is None or metric.kind != "gauge":
                 continue
             series = out.setdefault(metric.name, {})

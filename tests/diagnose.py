@@ -50,12 +50,13 @@ class Diagnosis:
 
 def diagnose(run_dir: Path, env: str = "CartPole-v1", bug: PlantedBug | None = None, budget_s: float = 60.0,
              stop_on_verdict: bool = True, seed: int = 0, slowdown: float = 1.0,
-             until: Callable[[list[dict], list[Verdict]], bool] | None = None, serve_metrics: bool = False,
+             until: Callable[[list[dict], list[Verdict]], bool] | None = None, serve_metrics: bool | None = None,
              **overrides) -> Diagnosis:
     """`until(rows, loud)`: stop once true, given the rows written so far and the loud verdicts fired so far.
     `slowdown`: every collection and learner update takes that many times as long (a slower machine,
     tests/throttle.py), Ray's actors included. `serve_metrics`: the run
-    serves its metrics (and writes its discovery file) as `rlvitals train` does."""
+    serves its metrics (and writes its discovery file) as `rlvitals train` does; by default wherever its verbosity
+    exports any (the planted runs' default, off, exports none)."""
     loud: list[Verdict] = []
     rows: list[dict] = []
 
@@ -79,7 +80,7 @@ def diagnose(run_dir: Path, env: str = "CartPole-v1", bug: PlantedBug | None = N
             if bug is not None:
                 bug.apply(mp)
             summary, path = train_in(cfg, ["diagnose"], stop=stop, observers=[monitor_hook, rows.append],
-                                     serve_metrics=serve_metrics)
+                                     serve_metrics=cfg.verbosity != "off" if serve_metrics is None else serve_metrics)
     finally:
         if owns_ray:
             import ray

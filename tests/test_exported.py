@@ -49,7 +49,7 @@ def test_the_statistic_is_judged_on_the_next_update_once():
 
 @pytest.mark.parametrize("bug", TELEMETRY_BUGS, ids=lambda b: b.name)
 def test_an_exporter_that_changes_what_a_scrape_reads_is_named_telemetry(bug, tmp_path):
-    found = diagnose(tmp_path / bug.name, env=bug.env, bug=bug, budget_s=300, serve_metrics=True)
+    found = diagnose(tmp_path / bug.name, env=bug.env, bug=bug, budget_s=300)
     assert found.first is not None, found.verdicts
     assert (found.first.rule, found.first.component) == ("RLInvariantExportedAsComputed", "telemetry"), found.verdicts
     assert found.first.first_update <= 5
