@@ -31,6 +31,7 @@ def collect(runner: EnvRunner, net: ActorCritic, rollouts: int):
 
 def runner_and_net(env: str = "CartPole-v1", seed: int = 3):
     runner = EnvRunner(env, 4, seed)
+    torch.manual_seed(seed)   # the weights come from the global generator: two calls give one network
     net = ActorCritic(runner.obs_space, runner.action_space)
     net.seed(seed)
     return runner, net
