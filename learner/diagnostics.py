@@ -17,22 +17,32 @@ def _nan(ref: torch.Tensor) -> torch.Tensor:
     return torch.full((), NAN, device=ref.device)
 
 
-def summary(prefix: str, x: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-    """min, max, mean and std of x where mask holds (NaN when the mask is empty).
+SUMMARY_STATS = ("min", "max", "mean", "std")
 
+
+def summaries(named: dict[str, torch.Tensor], mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """min, max, mean and std where mask holds of each tensor in `named` (all of mask's shape), as
+    `{name}_{stat}`; NaN when the mask is empty.
+
+    The tensors are stacked and summarised together: a fixed dozen operations however many there are.
     Masks instead of boolean indexing: indexing would force a device sync.
     """
-    x, m = x.float(), mask.float()
+    x = torch.stack([t.float() for t in named.values()]).flatten(1)       # [k, T * N]
+    keep = mask.reshape(1, -1)
+    m = keep.float()
     n = m.sum()
-    mean = (x * m).sum() / n.clamp_min(1)
-    std = (((x - mean) * m).pow(2).sum() / n.clamp_min(1)).sqrt()
-    empty = n < 1
-    pick = lambda t: torch.where(empty, _nan(x), t)  # noqa: E731
-    return {
-        f"{prefix}_min": pick(torch.where(mask, x, torch.inf).min()),
-        f"{prefix}_max": pick(torch.where(mask, x, -torch.inf).max()),
-        f"{prefix}_mean": pick(mean), f"{prefix}_std": pick(std),
-    }
+    mean = (x * m).sum(1, keepdim=True) / n.clamp_min(1)
+    std = (((x - mean) * m).pow(2).sum(1, keepdim=True) / n.clamp_min(1)).sqrt()
+    table = torch.cat([torch.where(keep, x, torch.inf).amin(1, keepdim=True),
+                       torch.where(keep, x, -torch.inf).amax(1, keepdim=True), mean, std], 1)   # [k, 4]
+    table = torch.where(n < 1, NAN, table)
+    keys = [f"{name}_{stat}" for name in named for stat in SUMMARY_STATS]
+    return dict(zip(keys, table.reshape(-1).unbind(), strict=True))
+
+
+def summary(prefix: str, x: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """min, max, mean and std of x where mask holds (NaN when the mask is empty)."""
+    return summaries({prefix: x}, mask)
 
 
 def _masked_moments(x, y, mask):
@@ -80,7 +90,7 @@ def terminal_correlations(values, rewards, terminated, valid, done):
 
 
 def logp_discrepancy(dist, params_all: torch.Tensor, actions: torch.Tensor, behaviour_logp: torch.Tensor,
-                     valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                     valid: torch.Tensor, log_rhos: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Actor-learner consistency, for a batch the learner sees with the weights that acted.
 
     `params_all` [T+1, N, P]: the learner's policy parameters for obs[0..T]. Returns the
@@ -88,7 +98,8 @@ def logp_discrepancy(dist, params_all: torch.Tensor, actions: torch.Tensor, beha
     learner's x_{t-1} or x_{t+1} in place of x_t (the smaller of the two shifts; steps
     whose neighbouring observation lies in the rollout). Healthy: 0 and clearly above 0.
     Observations stored one step off their actions: above 0 and 0. The learner seeing
-    different observations than the actor: both above 0. NaN where no step qualifies.
+    different observations than the actor: both above 0. NaN where no step qualifies. `log_rhos`, when the
+    caller has it: log pi(a_t|x_t) - log mu_t, the unshifted gap.
     """
     T = actions.shape[0]
 
@@ -98,7 +109,11 @@ def logp_discrepancy(dist, params_all: torch.Tensor, actions: torch.Tensor, beha
         gap = (dist.log_prob(params, acts) - logp).abs()
         return torch.where(mask, gap, -torch.inf).amax()
 
-    plain = worst(params_all[:T], actions, behaviour_logp, valid)
+    if log_rhos is None:
+        plain = worst(params_all[:T], actions, behaviour_logp, valid)
+    else:
+        plain = torch.where(valid, log_rhos.abs(), -torch.inf).amax() if valid.numel() else torch.full(
+            (), -torch.inf, device=params_all.device)
     earlier = worst(params_all[: T - 1], actions[1:], behaviour_logp[1:], valid[1:])   # learner reads x_{t-1}
     later = worst(params_all[1:], actions, behaviour_logp, valid)                       # learner reads x_{t+1}
     none = lambda x: torch.where(x < 0, torch.inf, x)  # noqa: E731  (an empty side never wins the min)

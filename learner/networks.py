@@ -314,12 +314,10 @@ class ActorCritic(nn.Module):
     def weights_checksum(self) -> float:
         """A fingerprint of the parameters and floating-point buffers (an observation normaliser's statistics):
         sums of values and of squares in float64. The same weights give the same number on any process, other
-        weights another. One reduction per tensor per call: per rollout, not per step."""
-        total = torch.zeros((), dtype=torch.float64)
-        for p in [*self.parameters(), *(b for b in self.buffers() if b.is_floating_point())]:
-            x = p.detach().double()
-            total += (x.sum() + x.square().sum()).cpu()
-        return float(total)
+        weights another. Per rollout, not per step."""
+        tensors = [*self.parameters(), *(b for b in self.buffers() if b.is_floating_point())]
+        x = torch.cat([t.detach().reshape(-1) for t in tensors]).double()   # one reduction, not one per tensor
+        return float(x.sum() + x.square().sum())
 
     def value_bias(self) -> nn.Parameter:
         """The parameter added to every value (the value head's bias): its gradient is sum_i dL/dV_i."""

@@ -19,6 +19,7 @@ from rlvitals.actors.rollout import Rollout
 
 from . import diagnostics as diag
 from .adam import make_adam
+from .flat_gradients import FlatGradients
 from .invariants import LearnerInvariants
 from .minibatch_cost import MinibatchCost, cpu_seconds
 from .normalize import LearnerNormalization
@@ -131,6 +132,7 @@ class PPOLearner:
         self.sync_phases = False
         """Wait for the device at each phase boundary: honest per-phase GPU times (profiling), slower updates."""
         self.heads = head_positions(net, device)
+        self.gradients = FlatGradients(self.net)
         self.reward_scale = torch.zeros((), device=device)
         self.initial_entropy: torch.Tensor | None = None
         """Mean entropy per action dimension on the run's first batch (entropy_change is measured from it)."""
@@ -234,7 +236,7 @@ class PPOLearner:
             stats = self._scale_stats(rewards, targets, valid, done)
             stats.update(self._batch_stats(params, values, targets, advantages, rewards, r["terminated"], valid,
                                            done, stats.pop("min_target_std")))
-            stats.update(self._consistency(params_all, actions, r["behaviour_logp"], valid, staleness))
+            stats.update(self._consistency(params_all, actions, r["behaviour_logp"], valid, staleness, log_rhos))
             stats["record_discrepancy"] = diag.record_discrepancy(self.net.dist, r["behaviour_params"], actions,
                                                                   r["behaviour_logp"], valid)
         flat = lambda x: x.reshape(T * N, *x.shape[2:]).index_select(0, index)  # noqa: E731
@@ -250,7 +252,7 @@ class PPOLearner:
         """update_epochs shuffled passes over the batch, num_minibatches optimizer steps each."""
         s, net, dev = self.s, self.net, self.device
         before = diag.flat_params(net)
-        sums = StepSums(dev)
+        sums = StepSums(dev, self.heads)
         fwd_s = 0.0
         steps = 0
         directions: dict = {}
@@ -262,24 +264,25 @@ class PPOLearner:
                 loss, parts, mb_params = self._forward_backward(b, mb, directions if steps == 0 else None,
                                                                 cols=cols)
                 self.invariants.step(mb, mb_params, epoch == s.update_epochs - 1)
-                grads = diag.flat_grads(net)
-                parts.update({f"grad_norm_{head}": grads.index_select(0, at).norm() for head, at in self.heads.items()})
+                first_sampled = steps == 0 and self.invariants.sampled
+                if epoch == 0:   # the gradient's statistics: first epoch
+                    sums.gradients(self.gradients.flat())
+                before_clip = self.gradients.flat().clone() if first_sampled else None
                 tb = self._clock()
                 grad_norm = nn.utils.clip_grad_norm_(net.parameters(), s.max_grad_norm)
-                first_sampled = steps == 0 and self.invariants.sampled
                 if first_sampled:
-                    self.invariants.clipped(grads, diag.flat_grads(net))
+                    self.invariants.clipped(before_clip, self.gradients.flat())
                 self.optimizer.step()
                 if first_sampled:
                     self.invariants.stepped()
                 net.age += 1
                 steps += 1
                 fwd_s += tb - ta
-                sums.add(loss, parts, grad_norm, grads, first_epoch=epoch == 0)
+                sums.add(loss, parts, grad_norm)
                 if epoch == s.update_epochs - 1:   # each sample once, with the policy learning it
-                    sums.kl = sums.kl + net.dist.kl(b.mb_params[mb], mb_params.detach().float()).sum()
+                    sums.kl_step(mb, mb_params)
         cpu_s = cpu_seconds() - cpu_start
-        stats = {**sums.result(steps, b.count, s.num_minibatches, self.noise_scale), **directions}
+        stats = {**sums.result(steps, b.count, self.noise_scale, net.dist, b.mb_params), **directions}
         return _Update(before=before, steps=steps, stats=stats, fwd_s=fwd_s, cpu_s=cpu_s)
 
     def _minibatches(self, b: _Batch) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
@@ -359,8 +362,8 @@ class PPOLearner:
                  "residual_variance": diag.residual_variance(targets, values, v, min_target_std)}
         stats["terminal_correlation"], stats["penultimate_terminal_correlation"] = \
             diag.terminal_correlations(values, rewards, terminated, valid, done)
-        for name, x in (("value", values), ("target", targets), ("advantage", advantages), ("reward", rewards)):
-            stats.update(diag.summary(name, x, v))
+        stats.update(diag.summaries({"value": values, "target": targets, "advantage": advantages,
+                                     "reward": rewards}, v))
         return stats
 
     def _scale_stats(self, rewards, targets, valid, done) -> dict:
@@ -388,12 +391,12 @@ class PPOLearner:
         return {"reward_scale": scale, "min_target_std": min_std,
                 "value_target_scale": torch.where(scale > 0, target_max / bound.clamp_min(1e-30), nan)}
 
-    def _consistency(self, params_all, actions, behaviour_logp, valid, staleness: int) -> dict:
+    def _consistency(self, params_all, actions, behaviour_logp, valid, staleness: int, log_rhos) -> dict:
         """logp_discrepancy(_shifted), measured only when the batch was collected with the learner's own weights."""
         if staleness != 0:
             nan = torch.full((), diag.NAN, device=self.device)
             return {"logp_discrepancy": nan, "logp_discrepancy_shifted": nan}
-        plain, shifted = diag.logp_discrepancy(self.net.dist, params_all, actions, behaviour_logp, valid)
+        plain, shifted = diag.logp_discrepancy(self.net.dist, params_all, actions, behaviour_logp, valid, log_rhos)
         return {"logp_discrepancy": plain, "logp_discrepancy_shifted": shifted}
 
     def _restore(self, flat: torch.Tensor) -> None:

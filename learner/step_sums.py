@@ -5,35 +5,88 @@ from __future__ import annotations
 import torch
 
 
+def head_ranges(heads: dict[str, torch.Tensor]) -> dict[str, list[tuple[int, int]]]:
+    """Each head's positions in the flat gradient (transfer.head_positions) as contiguous [start, end) runs: a
+    head's parameters lie in one or two runs, so its squared norm is a slice sum or two, not a gather."""
+    out = {}
+    for head, at in heads.items():
+        positions = sorted(at.tolist())
+        runs: list[tuple[int, int]] = []
+        for i in positions:
+            if runs and runs[-1][1] == i:
+                runs[-1] = (runs[-1][0], i + 1)
+            else:
+                runs.append((i, i + 1))
+        out[head] = runs
+    return out
+
+
 class StepSums:
-    """Running sums over one batch's optimizer steps, kept on the device (no sync in the loop)."""
+    """Running sums over one batch's optimizer steps, kept on the device (no sync in the loop).
 
-    def __init__(self, dev: torch.device):
-        self.sums: dict[str, torch.Tensor] = {}
-        self.loss_ok = torch.ones((), dtype=torch.bool, device=dev)
-        self.grads_ok = torch.ones((), dtype=torch.bool, device=dev)
+    Every step keeps its loss terms and its global gradient norm (the clip's) stacked into one row: one tensor
+    operation whatever the number of terms, the rows summed once at the end. The gradient's distribution (abs-max,
+    mean-square, each head's norm) and the noise scale are taken on the first epoch, where each sample is seen
+    once under the policy that collected it; later epochs cost no pass over the gradient. Finiteness needs no
+    op per step either: a sum is finite exactly when every term added to it was (NaN and inf propagate).
+    """
+
+    def __init__(self, dev: torch.device, heads: dict[str, torch.Tensor]):
+        """`heads`: each head's positions in the flat gradient (transfer.head_positions)."""
+        self.heads = head_ranges(heads)
+        self.runs = [run for runs in self.heads.values() for run in runs]
+        owners = [i for i, runs in enumerate(self.heads.values()) for _ in runs]
+        # Mostly one run per head: the runs' sums are then the heads' sums, no scatter needed.
+        self.run_head = None if owners == list(range(len(self.heads))) else torch.tensor(owners, device=dev)
+        self.keys: list[str] | None = None
+        self.rows: list[torch.Tensor] = []        # each step's scalars, in `keys` order
+        self.first: torch.Tensor | None = None    # running sum over the first epoch: |g|^2, per-head norms, meansq
+        self.first_steps = 0
         self.grad_absmax = torch.zeros((), device=dev)
-        self.kl = torch.zeros((), device=dev)
-        self.small_sq = torch.zeros((), device=dev)   # sum of |g_minibatch|^2 over the first epoch
-        self.big_grad = None                          # sum of the first epoch's minibatch gradients
+        self.last_epoch: list[tuple[torch.Tensor, torch.Tensor]] = []   # (minibatch, policy parameters)
+        self.big_grad = None                      # sum of the first epoch's minibatch gradients
 
-    def add(self, loss, parts: dict, grad_norm, grads, first_epoch: bool) -> None:
-        self.loss_ok &= torch.isfinite(loss.detach())
-        self.grads_ok &= torch.isfinite(grad_norm)
-        for k, v in parts.items():
-            self.sums[k] = self.sums.get(k, 0.0) + v.detach()
-        self.sums["grad_norm"] = self.sums.get("grad_norm", 0.0) + grad_norm.detach()
-        self.sums["grad_meansq"] = self.sums.get("grad_meansq", 0.0) + grads.pow(2).mean()
-        self.grad_absmax = torch.maximum(self.grad_absmax, grads.abs().max())
-        if first_epoch:
-            self.small_sq = self.small_sq + grads.pow(2).sum()
-            self.big_grad = grads.clone() if self.big_grad is None else self.big_grad + grads
+    @torch.no_grad()
+    def gradients(self, grads: torch.Tensor) -> None:
+        """A first-epoch step's flat gradient before clipping (learner/flat_gradients.py): its statistics."""
+        sq = grads * grads
+        total = sq.sum().reshape(1)
+        heads = torch.stack([sq[a:b].sum() for a, b in self.runs]) if self.runs else sq.new_zeros(0)
+        if self.run_head is not None:
+            heads = heads.new_zeros(len(self.heads)).index_add_(0, self.run_head, heads)
+        first = torch.cat([total, heads.sqrt(), total / grads.numel()])
+        self.first = first if self.first is None else self.first.add_(first)
+        self.first_steps += 1
+        self.grad_absmax = torch.maximum(self.grad_absmax, grads.abs().amax())
+        self.big_grad = grads.clone() if self.big_grad is None else self.big_grad.add_(grads)
 
-    def result(self, steps: int, count: int, num_minibatches: int, noise_scale) -> dict:
-        """Means per step, the KL per sample and the gradient noise scale from the first epoch's two batch sizes."""
-        n_first = max(1, min(num_minibatches, count))
-        noise = noise_scale.update(self.small_sq / n_first, (self.big_grad / n_first).pow(2).sum(),
-                                   count / n_first, float(count))
-        return {**{k: v / steps for k, v in self.sums.items()}, "grad_absmax": self.grad_absmax,
-                "kl": self.kl / max(count, 1), "grad_noise_scale": noise,
-                "loss_finite": self.loss_ok.float(), "grads_finite": self.grads_ok.float()}
+    @torch.no_grad()
+    def add(self, loss: torch.Tensor, parts: dict, grad_norm: torch.Tensor) -> None:
+        """Every step: its loss, its loss terms and its gradient norm before clipping (the clip's)."""
+        if self.keys is None:
+            self.keys = ["loss", *parts, "grad_norm"]
+        self.rows.append(torch.stack([loss, *parts.values(), grad_norm]))   # one op; summed once, in result
+
+    def kl_step(self, minibatch: torch.Tensor, params: torch.Tensor) -> None:
+        """A last-epoch step: its samples' positions and the policy's parameters on them (detached); the KL
+        from the behaviour policy is taken over all of them at once, in `result`."""
+        self.last_epoch.append((minibatch, params.detach()))
+
+    @torch.no_grad()
+    def result(self, steps: int, count: int, noise_scale, dist, behaviour_params: torch.Tensor) -> dict:
+        """Means per step, the first epoch's gradient statistics, the KL per sample of the last epoch (the
+        batch's `behaviour_params` against the policy that learned each sample) and the gradient noise scale from
+        the first epoch's two batch sizes (its minibatch and the whole batch)."""
+        kl = torch.zeros((), device=self.grad_absmax.device)
+        if self.last_epoch:
+            learned = torch.cat([mb for mb, _ in self.last_epoch])
+            kl = dist.kl(behaviour_params[learned], torch.cat([p for _, p in self.last_epoch]).float()).sum()
+        n = max(1, self.first_steps)
+        means = dict(zip(self.keys, (torch.stack(self.rows).float().sum(0) / steps).unbind(), strict=True))
+        small_sq, *heads, meansq = (self.first / n).unbind()
+        noise = noise_scale.update(small_sq, (self.big_grad / n).pow(2).sum(), count / n, float(count))
+        loss = means.pop("loss")
+        return {**means, **{f"grad_norm_{h}": x for h, x in zip(self.heads, heads, strict=True)},
+                "grad_meansq": meansq, "grad_absmax": self.grad_absmax, "kl": kl / max(count, 1),
+                "grad_noise_scale": noise, "loss_finite": torch.isfinite(loss).float(),
+                "grads_finite": torch.isfinite(means["grad_norm"]).float()}

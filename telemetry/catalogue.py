@@ -161,8 +161,9 @@ METRICS: tuple[Metric, ...] = (
            "it. Much smaller: raise the learning rate; much larger: expect instability.",
            labels=("stat",), label_values={"stat": ("absmax", "meansq")}, source="step_{stat}"),
     Metric("rlvitals_learner_gradient", "gauge", "learner", "standard", "none",
-           "Gradient statistics per update before clipping: abs-max, mean-square, global norm. Use them when "
-           "the step statistics look odd, to tell a gradient problem from an optimizer problem.",
+           "Gradient statistics per update before clipping: abs-max and mean-square over the update's first "
+           "epoch (each sample seen once), global norm averaged over every minibatch. Use them when the step "
+           "statistics look odd, to tell a gradient problem from an optimizer problem.",
            labels=("stat",), label_values={"stat": ("absmax", "meansq", "norm")}, source="grad_{stat}"),
     Metric("rlvitals_learner_gradient_noise_scale", "gauge", "learner", "standard", "short",
            "McCandlish & Kaplan simple gradient noise scale (EMA-smoothed): the batch size beyond which "
@@ -203,8 +204,8 @@ METRICS: tuple[Metric, ...] = (
            source="clip_fraction"),
     Metric("rlvitals_learner_head_gradient_norm", "gauge", "learner", "standard", "none",
            "Gradient norm of the policy head's and the value head's own parameters, before clipping, averaged "
-           "over the update's minibatches. Exactly 0 means that head gets no gradient (a detached output, a "
-           "loss term that does not reach it); healthy heads read well above 0 on every update.",
+           "over the minibatches of the update's first epoch. Exactly 0 means that head gets no gradient (a "
+           "detached output, a loss term that does not reach it); healthy heads read well above 0 on every update.",
            labels=("head",), label_values={"head": ("policy", "value")}, source="grad_norm_{head}"),
     Metric("rlvitals_learner_reward_scale", "gauge", "learner", "standard", "none",
            "Largest absolute reward the learner has seen in this run: the scale every value-like signal is "

@@ -65,6 +65,8 @@ class RowSeries:
         at = self.at.get(key)
         if not at:
             return None
+        if at[-1] <= u + 1e-9:   # the common case: the latest row's value
+            return self.values[key][-1]
         i = bisect.bisect_right(at, u + 1e-9) - 1
         return self.values[key][i] if i >= 0 else None
 
