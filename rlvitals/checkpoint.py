@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from .archive import RunArchive
+from .resume_check import fingerprint, resume_gaps
 
 RESUMABLE_FIELDS = {"total_env_steps", "verbosity", "metrics_port", "metrics_host", "progress",
                     "log_interval_seconds", "checkpoint_interval", "address", "num_actors",
@@ -49,7 +50,9 @@ def restore_rng(state: dict, net, learner) -> None:
 
 
 def save_checkpoint(archive: RunArchive, cfg, net, learner, tracker, telemetry, invariants=None) -> None:
-    """`tracker`, `telemetry` and `invariants` (the run's invariant monitor) give their own state, as plain data."""
+    """`tracker`, `telemetry` and `invariants` (the run's invariant monitor) give their own state, as plain data;
+    the fingerprint of the live state beside it is what a resume is checked against (rlvitals/resume_check.py)."""
+    rng = rng_state(net, learner)
     archive.save_checkpoint({
         "run_id": archive.run_id,
         "config": cfg.to_dict(),
@@ -60,9 +63,10 @@ def save_checkpoint(archive: RunArchive, cfg, net, learner, tracker, telemetry, 
         "learner": {"samples_learned": learner.samples_learned, "updates": learner.updates,
                     "nonfinite_batches": learner.nonfinite_batches},
         "learner_state": learner.extra_state(),  # the run's reward scale and noise-scale averages
-        "rng": rng_state(net, learner),
+        "rng": rng,
         "telemetry": telemetry.state(),
         "invariants": invariants.state() if invariants is not None else {},
+        "fingerprint": fingerprint(net, learner, tracker, rng),
     }, mean_return=tracker.mean_return())  # judges best.pt
 
 
@@ -150,8 +154,9 @@ def check_recurrent_size(ckpt, configured: int, network: dict) -> None:
                           "(as rlvitals writes them)")
 
 
-def restore(state: dict, net, learner, tracker) -> None:
-    """Put network, optimizer, the run's counters and RNGs back as the checkpoint has them.
+def restore(state: dict, net, learner, tracker) -> dict[str, float]:
+    """Put network, optimizer, the run's counters and RNGs back as the checkpoint has them; return the resume
+    invariants' statistics: the state now against the fingerprint saved with it ({} for a checkpoint without).
 
     The telemetry's counters are given back separately (`telemetry_state`), by whoever
     starts the telemetry, before its endpoint first answers.
@@ -165,6 +170,7 @@ def restore(state: dict, net, learner, tracker) -> None:
     if "learner_state" in state:  # checkpoints written before it existed resume with fresh scales
         learner.load_extra_state(state["learner_state"])
     restore_rng(state["rng"], net, learner)
+    return resume_gaps(state.get("fingerprint"), fingerprint(net, learner, tracker, rng_state(net, learner)))
 
 
 def telemetry_state(state: dict) -> dict:

@@ -98,6 +98,8 @@ class Run:
         """Ray mode: the driver's count of rollouts per actor (rlvitals.distributed.accounting), set by the source."""
         self._process = psutil.Process(os.getpid())
         self._rollouts_before = Rollout.alive()
+        self.resumed: dict[str, float] = {}
+        """The resume invariants' statistics, until the first batch after a resume reports them."""
         steps_per_update = self._steps_per_update = cfg.update_epochs * cfg.num_minibatches
         self._checkpoint_every = max(1, cfg.checkpoint_interval // steps_per_update)
 
@@ -114,7 +116,7 @@ class Run:
         learner = make_learner(cfg, net, device, telemetry) if cfg.agent == "ppo" else None
         run = cls(cfg, archive, telemetry, net, learner, device, stop, observers)
         if resume is not None and learner is not None:
-            restore(resume, net, learner, run.tracker)
+            run.resumed = restore(resume, net, learner, run.tracker)   # judged with the first batch's statistics
             run.invariants.load_state(resume.get("invariants", {}))   # a broken invariant stays broken
         return run
 
@@ -152,6 +154,9 @@ class Run:
             if learn:   # the optimizer's rates against the config's schedule, recomputed on its own
                 stats["inv_learning_rate_as_configured"] = learning_rate_gap(self.learner.learning_rates(),
                                                                              self._expected_lr)
+            if self.resumed:   # once, after a resume: the state it started from against the state saved
+                stats.update(self.resumed)
+                self.resumed = {}
             stats.update(boundary_statistics(rollout))  # what arrived against the env's raw output
             stats.update(self.streams.observe(rollout))  # each env draws its own episodes
             stats.update(self.episodes.observe(rollout))  # the episodes reported are the env's

@@ -5,6 +5,7 @@ naming the bad value and what is accepted."""
 from __future__ import annotations
 
 import errno
+import math
 import os
 import shutil
 import socket
@@ -108,6 +109,12 @@ def check_checkpoint_content(path, state: dict, parts=tuple(CHECKPOINT_PARTS)) -
         raise ConfigError(f"checkpoint {str(path)!r} is invalid: network entry {bad[0]!r} is not a tensor")
     if "tracker" in parts and not isinstance(state["tracker"].get("env_steps"), int):
         raise ConfigError(f"checkpoint {str(path)!r} is incomplete: its tracker has no env_steps count")
+    fingerprint = state.get("fingerprint")
+    if fingerprint is not None and not (isinstance(fingerprint, dict) and all(
+            isinstance(v, list) and all(isinstance(x, float) and math.isfinite(x) for x in v)
+            for v in fingerprint.values())):
+        raise ConfigError(f"checkpoint {str(path)!r} is invalid: its fingerprint is not lists of finite numbers "
+                          "per part, as rlvitals train writes it")
 
 
 

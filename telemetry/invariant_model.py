@@ -1,7 +1,8 @@
 """What an invariant is: its fields, its families, and how one update's statistic is judged against its limit.
 
-The invariants themselves are data in three modules, by the part whose data they read
-(invariants_actor.py, invariants_learner.py, invariants_pipeline.py); telemetry/invariants.py puts them in
+The invariants themselves are data in modules by the part whose data they read
+(invariants_actor.py, invariants_learner.py, invariants_pipeline.py, invariants_recurrent.py,
+invariants_resume.py); telemetry/invariants.py puts them in
 one list, and invariant_monitor.py counts their streaks through a run.
 """
 
@@ -28,6 +29,7 @@ FAMILIES = {
     "optimisation": "every parameter that gets a gradient is stepped, and no loss term starves the others",
     "telemetry": "every exported diagnostic agrees with an independent slow recomputation",
     "pipeline": "every sample and second of every process is accounted for",
+    "resume": "a resumed run starts from exactly the state its checkpoint was saved from",
 }
 
 # The z-score beyond which a sum of martingale differences counts as broken: a two-sided normal tail of

@@ -39,13 +39,17 @@ from .invariants_actor import ACTOR_INVARIANTS
 from .invariants_learner import LEARNER_INVARIANTS
 from .invariants_pipeline import PIPELINE_INVARIANTS
 from .invariants_recurrent import RECURRENT_INVARIANTS
+from .invariants_resume import RESUME_INVARIANTS
 from .verdicts import COMPONENTS, SEVERITIES
 
-INVARIANTS: tuple[Invariant, ...] = ACTOR_INVARIANTS + LEARNER_INVARIANTS + PIPELINE_INVARIANTS + RECURRENT_INVARIANTS
+INVARIANTS: tuple[Invariant, ...] = (ACTOR_INVARIANTS + LEARNER_INVARIANTS + PIPELINE_INVARIANTS + RECURRENT_INVARIANTS
+                                     + RESUME_INVARIANTS)
 
 BY_NAME: dict[str, Invariant] = {i.name: i for i in INVARIANTS}
 
 STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("resume", "the state a resumed run starts from, against the state its checkpoint was saved from",
+     ("resumed_weights_as_saved", "resumed_optimizer_as_saved", "resumed_preprocessing_as_saved")),
     ("env", "the env's own output under its declared contract",
      ("observation_space", "env_time_limit", "env_reset_restores")),
     ("distribution", "the action distribution's formulas, which actor and learner share",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from itertools import product
 
 from .catalogue import METRICS, Metric
-from .invariants import INVARIANTS
+from .invariants import INVARIANTS, RESUME_INVARIANTS
 
 ROW_ONLY_KEYS = {
     "mean_return_last_100": "mean return of the last 100 episodes (the progress line's figure)",
@@ -57,6 +57,8 @@ OCCASIONAL_KEYS = {
                                  "copy of the env cannot be built and stepped",
     "learner_minibatch_cost_ratio": "where a learner runs (not the probe agents)",
     "inv_exported_as_computed": "where the metrics are exported (verbosity minimal and up), from the second update",
+    **{inv.statistic: "in the first row after a resume (from a checkpoint that carries its state's fingerprint)"
+       for inv in RESUME_INVARIANTS},
 }
 OCCASIONAL_KEYS.update({inv.names_key: "Ray mode only, once some process broke the invariant"
                         for inv in INVARIANTS if inv.names_key})

@@ -429,3 +429,21 @@ def test_actor_killed_every_few_seconds_never_stops_the_run_or_loses_count(ray_a
     accounted = samples["learned"] + sum(samples["dropped"].values()) + samples["in_flight"]
     assert samples["produced"] == accounted, samples
     assert samples["learned"] >= samples["produced"] * 0.9, samples
+
+
+def test_a_ray_run_resumed_starts_from_the_state_it_saved_and_stays_quiet(ray_address, tmp_path):
+    """Batches left in flight at the end and a new set of actors are not state a resume must give back: the
+    resume invariants read 0 for every owner (telemetry/invariants_resume.py)."""
+    run_dir = tmp_path / "run"
+    common = ["--env", "CartPole-v1", "--num-actors", "1", "--num-envs", "4", "--rollout-length", "32",
+              "--checkpoint-interval", "1"]
+    finish(train(ray_args(ray_address, run_dir, *common, "--total-env-steps", "1024")))
+    finish(train(["--resume", str(run_dir), "--address", ray_address, "--progress", "false", *STARTUP,
+                  "--total-env-steps", "2048"]))
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    readings = [r for r in rows if "inv_resumed_weights_as_saved" in r]
+    assert readings, "the resume was not judged"
+    assert all(readings[0][key] == 0.0 for key in ("inv_resumed_weights_as_saved", "inv_resumed_optimizer_as_saved",
+                                                   "inv_resumed_preprocessing_as_saved")), readings[0]
+    verdicts = json.loads((run_dir / "verdicts.json").read_text())
+    assert not [v for v in verdicts if v["rule"].startswith("RLInvariantResumed")], verdicts

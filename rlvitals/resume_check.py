@@ -1,0 +1,87 @@
+"""A fingerprint of the state a checkpoint saves, taken from the live objects, to check a resume against.
+
+`fingerprint` reads the network, the learner, its optimizer and the run's counters as they are: at save time
+beside the state it writes, at resume time after the state was loaded. `resume_gaps` compares the two owner by
+owner, as the statistics of the resume invariants (telemetry/invariants_resume.py): 0 where the resume gave back
+exactly what was saved.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import torch
+
+OWNERS = {"weights": "inv_resumed_weights_as_saved", "optimizer": "inv_resumed_optimizer_as_saved",
+          "preprocessing": "inv_resumed_preprocessing_as_saved"}
+"""Each part of the fingerprint and the statistic that judges it."""
+
+
+def _sums(tensors) -> list[float]:
+    """float64 sum of values and of squares over the tensors (0, 0 for none)."""
+    flat = [t.detach().reshape(-1).double().cpu() for t in tensors if torch.is_tensor(t) and t.numel()]
+    if not flat:
+        return [0.0, 0.0]
+    x = torch.cat(flat)
+    return [float(x.sum()), float(x.square().sum())]
+
+
+def _digest(value) -> float:
+    """A number that changes when any byte of `value` (tensors, arrays, numbers, nested) does."""
+    parts: list[bytes] = []
+
+    def walk(v):
+        if torch.is_tensor(v):
+            parts.append(v.detach().cpu().contiguous().numpy().tobytes())
+        elif isinstance(v, np.ndarray):
+            parts.append(v.tobytes())
+        elif isinstance(v, dict):
+            for key in sorted(v, key=str):
+                parts.append(str(key).encode())
+                walk(v[key])
+        elif isinstance(v, (list, tuple)):
+            for item in v:
+                walk(item)
+        else:
+            parts.append(repr(v).encode())
+    walk(value)
+    return float(zlib.crc32(b"".join(parts)))
+
+
+def fingerprint(net, learner, tracker, rng: dict) -> dict[str, list[float]]:
+    """The state a checkpoint holds, per owner, as numbers; `rng` the generators' states as saved
+    (rlvitals.checkpoint.rng_state)."""
+    extra = learner.extra_state()
+    normalization = extra.pop("normalization", {})
+    optimizer = learner.optimizer.state_dict()
+    hyper = [float(v) for group in optimizer["param_groups"] for k, v in sorted(group.items())
+             if k != "params" and isinstance(v, (int, float)) and not isinstance(v, bool)]
+    hyper += [float(x) for group in optimizer["param_groups"] for x in group.get("betas", ())]
+    # What a resume does not carry over by design: the clock goes on, and batches left in flight at the end
+    # were counted as lost there (a resumed run starts with none in flight).
+    tracker_state = {k: v for k, v in tracker.state().items() if k != "elapsed"}
+    tracker_state["samples"] = {k: v for k, v in tracker_state.get("samples", {}).items() if k != "in_flight"}
+    return {
+        "weights": [*_sums(net.parameters()), float(net.age), float(learner.samples_learned), float(learner.updates),
+                    float(learner.nonfinite_batches), _digest(tracker_state), _digest(extra), _digest(rng)],
+        "optimizer": [*_sums(t for state in optimizer["state"].values() for t in state.values()), *hyper,
+                      float(len(optimizer["state"]))],
+        "preprocessing": [*_sums(b for b in net.buffers() if b.is_floating_point()), _digest(normalization)],
+    }
+
+
+def resume_gaps(saved: dict[str, list[float]] | None, now: dict[str, list[float]]) -> dict[str, float]:
+    """Per owner's statistic, the largest relative difference between the fingerprint saved and the one after the
+    resume ({} for a checkpoint without a fingerprint: written before it existed)."""
+    if not saved:
+        return {}
+    out = {}
+    for owner, key in OWNERS.items():
+        a, b = saved.get(owner, []), now[owner]
+        if len(a) != len(b):
+            out[key] = 1.0   # a part of the state is there in one and not the other
+            continue
+        out[key] = max((abs(x - y) / max(abs(x), 1e-30) if x != y else 0.0 for x, y in zip(a, b, strict=True)),
+                       default=0.0)
+    return out
