@@ -50,13 +50,13 @@ class RowSeries:
         u = row.get(AXIS_KEY)
         if isinstance(u, bool) or not isinstance(u, (int, float)) or math.isnan(u) or u < self.last:
             return False
-        self.last = float(u)
-        for key, value in row.items():
-            if self.keys is not None and key not in self.keys:
-                continue
+        self.last = u = float(u)
+        # The keys the rules read, not every key of the row: a row holds a few hundred.
+        pairs = row.items() if self.keys is None else ((k, row[k]) for k in self.keys.intersection(row))
+        for key, value in pairs:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
                 continue
-            self.at.setdefault(key, []).append(float(u))
+            self.at.setdefault(key, []).append(u)
             self.values.setdefault(key, []).append(float(value))
         return True
 
