@@ -27,7 +27,13 @@ from rlvitals.actors.episode_witness import EpisodeWitness
 from rlvitals.actors.rollout import Rollout
 from rlvitals.actors.streams import StreamIndependence
 from rlvitals.costs import actor_cost_ratios
-from rlvitals.learner.invariants import is_sampled, learning_rate_gap, observation_pairing, scheduled_learning_rate
+from rlvitals.learner.invariants import (
+    DECLARED,
+    is_sampled,
+    learning_rate_gap,
+    observation_pairing,
+    scheduled_learning_rate,
+)
 from rlvitals.telemetry.attribution import InvariantAttribution, producers
 from rlvitals.telemetry.exported import ExportCheck
 from rlvitals.telemetry.health import TEXT_KEYS, HealthMonitor
@@ -114,6 +120,8 @@ class Run:
         device = resolve_device(cfg)
         net = make_network(cfg, obs_space, action_space)
         learner = make_learner(cfg, net, device, telemetry) if cfg.agent == "ppo" else None
+        if learner is not None:   # the references read the config's values, not the copy the learner was handed
+            learner.invariants.declare({name: getattr(cfg, name) for name in DECLARED})
         run = cls(cfg, archive, telemetry, net, learner, device, stop, observers)
         if resume is not None and learner is not None:
             run.resumed = restore(resume, net, learner, run.tracker)   # judged with the first batch's statistics

@@ -72,7 +72,7 @@ STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("value_loss_inputs", "policy_loss_inputs")),
     ("value head", "the values, as an affine head gives them", ("value_head_affine",)),
     ("loss", "each loss term's gradient, against its closed form",
-     ("loss_gradient_policy", "loss_gradient_value", "loss_gradient_entropy")),
+     ("loss_gradient_policy", "loss_gradient_value", "loss_gradient_entropy", "policy_loss_as_configured")),
     ("gradient", "the gradient stepped with: this minibatch's, over every sample",
      ("gradient_of_loss", "minibatch_coverage")),
     ("clip", "the clipped gradient, against the global-norm clip", ("gradient_clipped_as_configured",)),

@@ -49,6 +49,19 @@ LEARNER_INVARIANTS: tuple[Invariant, ...] = (
         "distribution whose entropy is wrong is named even at entropy_coef 0. Tolerance as for the policy "
         "term."),
     Invariant(
+        "policy_loss_as_configured", "dataflow", "policy", 0.05, 2,
+        "The policy loss is not the clipped surrogate with the configured clip range",
+        "Over the update's steps, the mean policy loss differs from the clipped surrogate recomputed at the "
+        "ratios each step stepped with, with the run's configured clip range and advantage normalisation: the "
+        "loss clips at another range (a setting handed to the learner wrong, a hard-coded range), clips the "
+        "ratio's other side, or reports a surrogate other than the one it steps with. The first minibatch's "
+        "gradient check cannot see a clip range: its ratios are 1.",
+        "On sampled updates, -mean_steps mean_i min(r_i A_i, clip(r_i) A_i) in float64 from each step's kept "
+        "policy parameters, the rollout's actions and behaviour log-probabilities and the batch's advantages "
+        "(normalised per minibatch as configured), against the loss's reported mean. Statistic |loss - ref| / "
+        "max(|ref|, 1e-3 mean|r A|): float32 agrees to about 1e-6 of that scale, limit 0.05. Not measured under "
+        "bfloat16 autocast or where the advantages barely vary."),
+    Invariant(
         "distribution_as_defined", "dataflow", "policy", 1e-3, 2,
         "The action distribution's log-probabilities, entropy or KL are not the distribution's",
         "The formula that the actor records with and the learner trains with (learner/networks.py) gives other "

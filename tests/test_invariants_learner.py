@@ -329,9 +329,11 @@ FAULTS = {
     "actions_remapped": Fault(actions_remapped, ("behaviour_record",), also=("sampling_frequency",)),
     "discount_changed": Fault(discount_changed, ("returns_recomputed",)),
     "advantage_carry_not_reset": Fault(BY_BUG["advantage_carry_not_reset"].apply, ("returns_recomputed",)),
-    "advantages_scaled": Fault(advantages_scaled, ("loss_gradient_policy",),
+    # A loss off its surrogate also reports another mean loss than the configured surrogate's (same component).
+    "advantages_scaled": Fault(advantages_scaled, ("loss_gradient_policy",), also=("policy_loss_as_configured",),
                                settings={"normalize_advantages": False}),
-    "policy_ratio_inverted": Fault(BY_BUG["policy_ratio_inverted"].apply, ("loss_gradient_policy",)),
+    "policy_ratio_inverted": Fault(BY_BUG["policy_ratio_inverted"].apply, ("loss_gradient_policy",),
+                                   also=("policy_loss_as_configured",)),
     "values_detached": Fault(BY_BUG["value_head_no_gradient"].apply, ("loss_gradient_value",)),
     "value_loss_ascends": Fault(BY_BUG["value_loss_ascends"].apply, ("loss_gradient_value",)),
     "entropy_sign_flipped": Fault(BY_BUG["entropy_bonus_sign_flipped"].apply, ("loss_gradient_entropy",),

@@ -22,14 +22,15 @@ calls PPOLearner makes.
 from .common import F64, LOSS_GRADIENT_TOLERANCE, NAN, SPREAD_FLOOR
 from .dataflow import handoff_error, loss_gradient_errors, returns_error
 from .distribution import DISTRIBUTION_TOLERANCE, distribution_error
-from .hooks import KEYS, SAMPLED_EVERY, SAMPLED_FIRST, LearnerInvariants, is_sampled
+from .hooks import DECLARED, KEYS, SAMPLED_EVERY, SAMPLED_FIRST, LearnerInvariants, is_sampled
 from .optimisation import learning_rate_gap, optimizer_coverage, policy_share, scheduled_learning_rate
 from .optimizer_step import AdamReference
 from .sampling import TAU, observation_pairing, sampling_statistics
 from .telemetry import FLOORS, arrival_disagreement, flat_target_spread
 
-__all__ = ["DISTRIBUTION_TOLERANCE", "F64", "FLOORS", "KEYS", "LOSS_GRADIENT_TOLERANCE", "NAN", "SAMPLED_EVERY",
-           "SAMPLED_FIRST", "SPREAD_FLOOR", "TAU", "AdamReference", "LearnerInvariants", "arrival_disagreement",
+__all__ = ["DECLARED", "DISTRIBUTION_TOLERANCE", "F64", "FLOORS", "KEYS", "LOSS_GRADIENT_TOLERANCE", "NAN",
+           "SAMPLED_EVERY", "SAMPLED_FIRST", "SPREAD_FLOOR", "TAU", "AdamReference", "LearnerInvariants",
+           "arrival_disagreement",
            "flat_target_spread", "distribution_error", "handoff_error", "is_sampled", "learning_rate_gap",
            "loss_gradient_errors", "observation_pairing", "optimizer_coverage", "policy_share", "returns_error",
            "sampling_statistics", "scheduled_learning_rate"]

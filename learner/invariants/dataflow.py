@@ -43,13 +43,26 @@ the minibatch's distribution parameters (float64, written here):
 max_i |H_i - H_ref_i| / max(max_i |H_ref_i|, 1 nat), float32 rounding 1e-6,
 taken with the gradient's error (the larger counts): a distribution whose
 entropy is wrong is the policy's fault even with entropy_coef 0.
+
+policy_loss_as_configured (policy). The first minibatch's ratios are 1 (the
+policy has not moved yet), where no clip range shows. On sampled updates the
+mean policy loss over every step of the update, which the loss reports, is
+recomputed in float64 from each step's kept policy parameters, the rollout's
+actions and behaviour log-probabilities and the batch's advantages (normalised
+per minibatch where the run normalises them) with the configured clip range:
+-mean_steps mean_i min(r_i A_i, clip(r_i) A_i). Statistic |loss - reference| /
+max(|reference|, 1e-3 mean|r A|); float32 agrees to about 1e-6 of the scale:
+limit 0.05. A loss that clips at another range than configured, or reports a
+surrogate other than the one it steps with, reads above it once ratios leave
+the range. NaN under bfloat16 autocast (its rounding is the scale of the
+effect) and where advantages barely vary.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .common import F64, NAN, SPREAD_FLOOR, _entropy, _nan_like, _relative_error_of
+from .common import F64, NAN, SPREAD_FLOOR, _entropy, _log_prob, _nan_like, _relative_error_of
 
 
 def returns_error(ref_targets, ref_advantages, targets, advantages) -> torch.Tensor:
@@ -92,6 +105,40 @@ def value_head_coupling(values: torch.Tensor, value_bias) -> torch.Tensor:
     if coupling is None:   # the values do not depend on the bias at all
         return torch.ones((), dtype=F64, device=values.device)
     return (coupling.to(F64).sum() / values.numel() - 1).abs()
+
+
+SURROGATE_FLOOR = 1e-3
+"""policy_loss_as_configured's gap is judged against the larger of |reference| and this share of the mean
+|r A| (the clipped surrogate's own scale): a loss near 0 (normalised advantages at ratio 1) is not divided by
+its own rounding."""
+
+
+def surrogate_error(dist, s, steps: list, actions: torch.Tensor, behaviour_logp: torch.Tensor,
+                    advantages: torch.Tensor, policy_loss: torch.Tensor) -> torch.Tensor:
+    """policy_loss_as_configured (module docstring): the update's mean clipped-surrogate loss recomputed from every
+    step's kept policy parameters `steps` ((minibatch, parameters, last epoch) per step) with the configured clip
+    range and advantage normalisation, against the loss's own mean `policy_loss`."""
+    mbs = torch.cat([mb for mb, _, _ in steps])
+    host_sizes = torch.tensor([mb.numel() for mb, _, _ in steps])
+    step_of = torch.repeat_interleave(torch.arange(len(steps)), host_sizes).to(mbs.device, non_blocking=True)
+    sizes = host_sizes.to(mbs.device, F64, non_blocking=True)
+    per_step = lambda x: torch.zeros(len(steps), dtype=F64, device=mbs.device).index_add_(0, step_of, x)  # noqa: E731
+    a = advantages[mbs].to(F64)
+    if s.normalize_advantages:   # per minibatch, as the loss does: mean and unbiased std of each step's advantages
+        mean = per_step(a) / sizes
+        centred = a - mean[step_of]
+        std = (per_step(centred * centred) / (sizes - 1).clamp_min(1)).sqrt()
+        a = torch.where(sizes[step_of] > 1, centred / (std[step_of] + 1e-8), a)
+    ratio = (_log_prob(dist, torch.cat([p for _, p, _ in steps]), actions[mbs]) - behaviour_logp[mbs].to(F64)).exp()
+    unclipped = ratio * a
+    surrogate = torch.minimum(unclipped, ratio.clamp(1 - s.clip_coef, 1 + s.clip_coef) * a)
+    reference = (-per_step(surrogate) / sizes).mean()
+    scale = (per_step(unclipped.abs()) / sizes).mean()
+    gap = (policy_loss.to(F64) - reference).abs() / torch.maximum(reference.abs(), SURROGATE_FLOOR * scale)
+    raw = advantages[mbs].to(F64)
+    # Advantages that barely vary normalise to rounding noise (as loss_gradient_policy): not measurable.
+    measurable = (raw.std() > 1e-5 * raw.abs().amax()) | (not s.normalize_advantages)
+    return torch.where(measurable & (scale > 0), torch.where(gap.isnan(), 1.0, gap), NAN)
 
 
 def _grad(output: torch.Tensor) -> torch.Tensor:

@@ -3,11 +3,13 @@ each family's statistics come from its own module (sampling, dataflow, optimisat
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from ..reference_returns import vtrace_reference
 from .common import F64, LOSS_GRADIENT_TOLERANCE, NAN, _largest, _relative_error_of
-from .dataflow import handoff_error, loss_gradient_errors, returns_error, value_head_coupling
+from .dataflow import handoff_error, loss_gradient_errors, returns_error, surrogate_error, value_head_coupling
 from .distribution import DISTRIBUTION_TOLERANCE, distribution_error
 from .optimisation import (
     _norm,
@@ -31,7 +33,15 @@ KEYS = ("inv_sampling_logp", "inv_sampling_frequency", "inv_behaviour_record", "
         "inv_minibatch_coverage", "inv_optimizer_state_kept", "inv_gradient_clipped_as_configured",
         "inv_distribution_as_defined", "inv_value_loss_inputs", "inv_policy_loss_inputs",
         "inv_optimizer_step_as_configured", "inv_value_head_affine", "inv_observation_statistics_recomputed",
-        "inv_reward_scaling_recomputed", "inv_running_returns_recomputed", *RECURRENT_KEYS)
+        "inv_reward_scaling_recomputed", "inv_running_returns_recomputed", "inv_policy_loss_as_configured",
+        *RECURRENT_KEYS)
+
+
+DECLARED = ("gamma", "gae_lambda", "vtrace_rho_clip", "vtrace_c_clip", "clip_coef", "value_coef", "entropy_coef",
+            "normalize_advantages", "max_grad_norm", "update_epochs")
+"""The settings the learner's references read, which the run declares from its config (`declare`)."""
+ADAM_DEFAULTS = ("adam_betas", "adam_eps")
+"""Settings no config field holds: the references take PPOSettings' documented defaults for them."""
 
 
 def is_sampled(update: int) -> bool:
@@ -58,6 +68,8 @@ class LearnerInvariants:
         self.behaviour_logp: torch.Tensor | None = None
         self.arrival_telemetry: tuple[torch.Tensor, torch.Tensor] | None = None
         self.optimizer_steps_before: dict[int, float] | None = None
+        self.settings = learner.s
+        """The settings the references use: the learner's own until the run declares its config's (`declare`)."""
         self.adam = AdamReference(learner.s.adam_betas, learner.s.adam_eps)
         self.moves: torch.Tensor | None = None
         """Per parameter: the reference step of the first minibatch moves it beyond float32 rounding."""
@@ -77,6 +89,15 @@ class LearnerInvariants:
         self.rollout: tuple[dict, int] = ({}, -1)
         """The arriving rollout's stamps (actor, sequence number, weights' and state's ages) and its staleness."""
 
+    def declare(self, declared: dict) -> None:
+        """The run's settings as its config declares them, read by the wiring apart from the learner's copy
+        (`DECLARED` names them; the Adam ones the config does not hold are PPOSettings' documented defaults).
+        The references compute with these, so a setting handed to the learner wrong (a swapped or mis-scaled
+        field) breaks the invariant of the stage that reads it instead of passing through both sides."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self.learner.s) if f.name in ADAM_DEFAULTS}
+        self.settings = dataclasses.replace(self.learner.s, **{**defaults, **declared})
+        self.adam = AdamReference(self.settings.adam_betas, self.settings.adam_eps)
+
     def stamp(self, rollout, staleness: int) -> None:
         """Before arrival: who produced the batch and with which weights (the recurrent state's checks)."""
         self.rollout = ({"actor_id": rollout.actor_id, "sequence": rollout.sequence,
@@ -92,7 +113,7 @@ class LearnerInvariants:
                                tensors["rewards"], tensors["discounted_returns"])
         self.running_returns = running_return_error(tensors["discounted_returns"], tensors["rewards"],
                                                     tensors["terminated"], tensors["truncated"], tensors["valid"],
-                                                    self.learner.s.gamma)
+                                                    self.settings.gamma)
 
     def arrival(self, batch, r: dict, params_all: torch.Tensor, values_all: torch.Tensor,
                 index: torch.Tensor, log_rhos: torch.Tensor) -> None:
@@ -100,7 +121,7 @@ class LearnerInvariants:
         reference from the returns' own inputs (`log_rhos` as the learner handed them), and the arrival
         statistics' recomputation."""
         learner = self.learner
-        s, dist = learner.s, learner.net.dist
+        s, dist = self.settings, learner.net.dist
         self.sampled = is_sampled(learner.updates)
         self.steps, self.grad_norms, self.arrival_telemetry, self.moves = [], None, None, None
         self.distribution_off = torch.zeros((), dtype=torch.bool, device=learner.device)
@@ -180,20 +201,20 @@ class LearnerInvariants:
             [b.mb_adv[mb], b.mb_logp[mb], b.mb_actions[mb], b.mb_params[mb]],
             [h["advantages"][mb], self.behaviour_logp[mb], h["actions"][mb], h["behaviour_params"][mb]])
         self.out.update(loss_gradient_errors(learner.net.dist, dist_params, logp, values, entropy,
-                                             self.behaviour_logp[mb], b.mb_adv[mb], b.mb_targets[mb], learner.s))
+                                             self.behaviour_logp[mb], b.mb_adv[mb], b.mb_targets[mb], self.settings))
         params = list(learner.net.parameters())
         self.grad_norms = _norms([p.grad if p.grad is not None else torch.zeros_like(p) for p in params])
         grad_norm = self.grad_norms.to(F64).norm()
         # What the optimizer steps with must be this backward pass's alone: nothing may be in .grad before it.
         self.out["inv_gradient_of_loss"] = _relative_error_of(self.grad_before, self.grad_before, grad_norm)
         # The graph was kept (keeps_graph) for one more backward pass through the policy term.
-        self.out["inv_policy_starved"] = policy_share(params, grad_norm, policy_loss, learner.s.max_grad_norm,
+        self.out["inv_policy_starved"] = policy_share(params, grad_norm, policy_loss, self.settings.max_grad_norm,
                                                       self.out["inv_loss_gradient_policy"])
 
     def clipped(self, before: torch.Tensor, after: torch.Tensor) -> None:
         """On the first minibatch, between the gradient clip and the optimizer's step: the flat gradient before
         the clip and after it (only asked for on sampled updates: `sampled`)."""
-        self.out["inv_gradient_clipped_as_configured"] = clip_error(before, after, self.learner.s.max_grad_norm)
+        self.out["inv_gradient_clipped_as_configured"] = clip_error(before, after, self.settings.max_grad_norm)
         self.adam.before(self.learner.optimizer, list(self.learner.net.parameters()))
 
     def stepped(self) -> None:
@@ -218,7 +239,7 @@ class LearnerInvariants:
             mbs = torch.cat([mb for mb, _, _ in self.steps])
             uses = torch.zeros(self.count, dtype=torch.int32, device=mbs.device).index_add_(
                 0, mbs, torch.ones_like(mbs, dtype=torch.int32))
-            self.out["inv_minibatch_coverage"] = (uses != learner.s.update_epochs).to(F64).mean()
+            self.out["inv_minibatch_coverage"] = (uses != self.settings.update_epochs).to(F64).mean()
         if self.sampled and self.observation_statistics is not None:
             before, raw = self.observation_statistics
             self.out["inv_observation_statistics_recomputed"] = statistics_error(
@@ -226,6 +247,10 @@ class LearnerInvariants:
         self.observation_statistics = None
         self.out["inv_optimizer_coverage"] = optimizer_coverage(params, learner.optimizer, self.moves,
                                                                 u.before, after)
+        if self.sampled and self.steps and not learner.amp:   # every step's loss, at the ratios it stepped with
+            self.out["inv_policy_loss_as_configured"] = surrogate_error(
+                learner.net.dist, self.settings, self.steps, b.mb_actions, self.behaviour_logp, b.mb_adv,
+                stats["policy_loss"])
         if self.sampled and self.arrival_telemetry is not None:
             # The exported entropy is the distribution's, which the loss uses too: when the loss's entropies are
             # off their closed form, the policy's invariant names the fault and the diagnostic is not held to it.
@@ -235,10 +260,12 @@ class LearnerInvariants:
             # fraction through the recorded log-probabilities): its own invariant names a wrong formula.
             gaps = [others, torch.where(entropy_off | self.distribution_off, NAN, entropy_gap)]
             if self.steps:
-                clip_gap, kl_gap = update_disagreement(learner.net.dist, learner.s.clip_coef, self.steps, b,
+                clip_gap, kl_gap = update_disagreement(learner.net.dist, self.settings.clip_coef, self.steps, b,
                                                        self.behaviour_logp, stats,
                                                        self.out["inv_loss_gradient_policy"])
-                gaps += [torch.where(self.distribution_off, NAN, clip_gap), kl_gap]
+                # The clip fraction is the loss's own: a loss off its configured surrogate is named as such.
+                loss_off = self.out["inv_policy_loss_as_configured"] > LOSS_GRADIENT_TOLERANCE
+                gaps += [torch.where(self.distribution_off | loss_off, NAN, clip_gap), kl_gap]
             self.out["inv_telemetry_recomputed"] = _largest(gaps)
         out, self.steps = self.out, []
         return out
