@@ -54,9 +54,28 @@ def open_checkpoint(run_dir: str | Path | None, checkpoint: str = "latest", env:
     check_network_fits(ckpt, state)
     net = make_network(cfg, obs_space, action_space)
     net.load_state_dict(state["network"])
+    check_loaded_as_saved(ckpt, state, net)
     net.eval()
     updates = state["tracker"].get("updates") if isinstance(state.get("tracker"), dict) else None
     return LoadedCheckpoint(cfg, net, ckpt, updates, obs_space, action_space)
+
+
+LOADED_LIMIT = 1e-9
+"""The relative gap of a loaded network's sums from the fingerprint saved with it above which it is refused
+(the same weights give the same float64 sums; a device move rounds far below this)."""
+
+
+def check_loaded_as_saved(ckpt: Path, state: dict, net) -> None:
+    """ValueError (one line) unless the network as loaded has the weights and normaliser statistics the
+    checkpoint's fingerprint says were saved: a file changed since it was written, or a load that left part
+    of the network at its initial values, would otherwise act as another policy."""
+    from .resume_check import network_gaps
+
+    for part, gap in network_gaps(state.get("fingerprint"), net).items():
+        if gap > LOADED_LIMIT:
+            raise ValueError(f"checkpoint {str(ckpt)!r} is invalid: the network loaded from it differs from the one "
+                             f"saved ({part}: relative gap {gap:.3g} of its fingerprint); expected the file as "
+                             "rlvitals train wrote it")
 
 
 def check_env_named(ckpt: Path, trained_on: str, named: str | None) -> None:

@@ -71,17 +71,26 @@ def fingerprint(net, learner, tracker, rng: dict) -> dict[str, list[float]]:
     }
 
 
+def network_gaps(saved: dict[str, list[float]] | None, net) -> dict[str, float]:
+    """For a network loaded from a checkpoint (eval, load_policy): the relative gap of its parameters' and its
+    normalisers' sums from the fingerprint saved with them ({} for a checkpoint without one)."""
+    if not saved:
+        return {}
+    now = {"weights": _sums(net.parameters()),
+           "preprocessing": _sums(b for b in net.buffers() if b.is_floating_point())}
+    return {owner: _gap(saved.get(owner, [])[:2], now[owner]) for owner in now}
+
+
+def _gap(a: list[float], b: list[float]) -> float:
+    """The largest relative difference of two lists of numbers; 1 when their lengths differ."""
+    if len(a) != len(b):
+        return 1.0   # a part of the state is there in one and not the other
+    return max((abs(x - y) / max(abs(x), 1e-30) if x != y else 0.0 for x, y in zip(a, b, strict=True)), default=0.0)
+
+
 def resume_gaps(saved: dict[str, list[float]] | None, now: dict[str, list[float]]) -> dict[str, float]:
     """Per owner's statistic, the largest relative difference between the fingerprint saved and the one after the
     resume ({} for a checkpoint without a fingerprint: written before it existed)."""
     if not saved:
         return {}
-    out = {}
-    for owner, key in OWNERS.items():
-        a, b = saved.get(owner, []), now[owner]
-        if len(a) != len(b):
-            out[key] = 1.0   # a part of the state is there in one and not the other
-            continue
-        out[key] = max((abs(x - y) / max(abs(x), 1e-30) if x != y else 0.0 for x, y in zip(a, b, strict=True)),
-                       default=0.0)
-    return out
+    return {key: _gap(saved.get(owner, []), now[owner]) for owner, key in OWNERS.items()}

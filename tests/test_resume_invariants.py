@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 
 import gymnasium as gym
 import pytest
 import torch
 
+from rlvitals.api import load_policy
 from rlvitals.archive import RunArchive
 from rlvitals.checkpoint import restore
 from rlvitals.config import TrainConfig
@@ -115,3 +118,39 @@ def test_restore_returns_nothing_to_judge_for_a_checkpoint_without_a_fingerprint
     net = make_network(cfg, env.observation_space, env.action_space)
     learner = make_learner(cfg, net, torch.device("cpu"))
     assert restore(state, net, learner, RunTracker(cfg.total_env_steps, cfg.return_threshold)) == {}
+
+
+# ------------------------------------------------------------------ a network loaded for acting (eval, load_policy)
+
+
+@pytest.fixture(scope="module")
+def saved_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("saved")
+    _, path = train_in(settings(tmp, 2), ["test"])
+    return path
+
+
+def test_a_checkpoint_loads_for_acting_as_it_was_saved(saved_run):
+    policy = load_policy(saved_run)
+    assert policy is not None
+
+
+def test_a_load_that_leaves_the_normaliser_at_its_initial_values_is_refused_naming_it(saved_run):
+    with pytest.MonkeyPatch.context() as mp:
+        observation_statistics_not_loaded(mp)
+        with pytest.raises(ValueError, match=r"differs from the one saved \(preprocessing: relative gap"):
+            load_policy(saved_run)
+
+
+def test_eval_refuses_a_checkpoint_whose_weights_changed_since_it_was_written(saved_run, tmp_path):
+    changed = tmp_path / "changed.pt"
+    state = torch.load(saved_run / "checkpoints" / "latest.pt", weights_only=True)
+    name = next(k for k, v in state["network"].items() if v.is_floating_point() and "normalizer" not in k)
+    state["network"][name] = state["network"][name] + 1e-3
+    torch.save(state, changed)
+    result = subprocess.run([sys.executable, "-m", "rlvitals.cli", "eval", "--checkpoint", str(changed),
+                             "--episodes", "1"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "differs from the one saved (weights: relative gap" in lines[0], result.stderr
