@@ -52,8 +52,8 @@ class ForwardCost:
     def measure(self, policy, obs: np.ndarray) -> None:
         """Before a rollout: every EVERY-th time, one timed forward pass of the policy's network on `obs`."""
         self.collects += 1
-        run = bare_forward(policy, obs)
-        if run is None or (self.collects - 1) % EVERY:
+        run = None if (self.collects - 1) % EVERY else bare_forward(policy, obs)
+        if run is None:
             return
         for _ in range(REPEATS):
             start = time.process_time()

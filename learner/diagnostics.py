@@ -40,11 +40,6 @@ def summaries(named: dict[str, torch.Tensor], mask: torch.Tensor) -> dict[str, t
     return dict(zip(keys, table.reshape(-1).unbind(), strict=True))
 
 
-def summary(prefix: str, x: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-    """min, max, mean and std of x where mask holds (NaN when the mask is empty)."""
-    return summaries({prefix: x}, mask)
-
-
 def _masked_moments(x, y, mask):
     m = mask.float()
     n = m.sum().clamp_min(1)
@@ -103,17 +98,17 @@ def logp_discrepancy(dist, params_all: torch.Tensor, actions: torch.Tensor, beha
     """
     T = actions.shape[0]
 
-    def worst(params, acts, logp, mask):   # -inf when no step qualifies
+    def worst_of(gap, mask):   # -inf when no step qualifies
         if mask.numel() == 0:
-            return torch.full((), -torch.inf, device=params.device)
-        gap = (dist.log_prob(params, acts) - logp).abs()
-        return torch.where(mask, gap, -torch.inf).amax()
+            return torch.full((), -torch.inf, device=params_all.device)
+        return torch.where(mask, gap.abs(), -torch.inf).amax()
 
-    if log_rhos is None:
-        plain = worst(params_all[:T], actions, behaviour_logp, valid)
-    else:
-        plain = torch.where(valid, log_rhos.abs(), -torch.inf).amax() if valid.numel() else torch.full(
-            (), -torch.inf, device=params_all.device)
+    def worst(params, acts, logp, mask):
+        if mask.numel() == 0:   # a one-step rollout has no neighbouring observation: nothing to compare
+            return worst_of(logp, mask)
+        return worst_of(dist.log_prob(params, acts) - logp, mask)
+
+    plain = worst(params_all[:T], actions, behaviour_logp, valid) if log_rhos is None else worst_of(log_rhos, valid)
     earlier = worst(params_all[: T - 1], actions[1:], behaviour_logp[1:], valid[1:])   # learner reads x_{t-1}
     later = worst(params_all[1:], actions, behaviour_logp, valid)                       # learner reads x_{t+1}
     none = lambda x: torch.where(x < 0, torch.inf, x)  # noqa: E731  (an empty side never wins the min)

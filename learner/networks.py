@@ -20,6 +20,16 @@ def _init(layer: nn.Module, gain: float) -> nn.Module:
     return layer
 
 
+def float64_sums(tensors) -> tuple[float, float]:
+    """The float64 sum of the tensors' values and of their squares, over all of them at once (0, 0 for none): a
+    fingerprint the same values give exactly, in any process."""
+    flat = [t.detach().reshape(-1) for t in tensors if torch.is_tensor(t) and t.numel()]
+    if not flat:
+        return 0.0, 0.0
+    x = torch.cat(flat).double()   # one reduction, not one per tensor
+    return float(x.sum()), float(x.square().sum())
+
+
 class Categorical:
     """Discrete actions; parameters are logits [B, n]."""
 
@@ -315,9 +325,7 @@ class ActorCritic(nn.Module):
         """A fingerprint of the parameters and floating-point buffers (an observation normaliser's statistics):
         sums of values and of squares in float64. The same weights give the same number on any process, other
         weights another. Per rollout, not per step."""
-        tensors = [*self.parameters(), *(b for b in self.buffers() if b.is_floating_point())]
-        x = torch.cat([t.detach().reshape(-1) for t in tensors]).double()   # one reduction, not one per tensor
-        return float(x.sum() + x.square().sum())
+        return sum(float64_sums([*self.parameters(), *(b for b in self.buffers() if b.is_floating_point())]))
 
     def value_bias(self) -> nn.Parameter:
         """The parameter added to every value (the value head's bias): its gradient is sum_i dL/dV_i."""

@@ -26,7 +26,7 @@ from .normalize import LearnerNormalization
 from .phases import PhaseLaps
 from .returns import vtrace
 from .sequences import Sequences, episode_starts
-from .step_sums import StepSums
+from .step_sums import HeadRuns, StepSums
 from .transfer import first_nonfinite, head_positions, to_device, to_host, transferred
 
 
@@ -131,7 +131,7 @@ class PPOLearner:
         self.amp = settings.mixed_precision and device.type == "cuda"
         self.sync_phases = False
         """Wait for the device at each phase boundary: honest per-phase GPU times (profiling), slower updates."""
-        self.heads = head_positions(net, device)
+        self.heads = HeadRuns(head_positions(net, device), device)
         self.gradients = FlatGradients(self.net)
         self.reward_scale = torch.zeros((), device=device)
         self.initial_entropy: torch.Tensor | None = None

@@ -21,6 +21,26 @@ def head_ranges(heads: dict[str, torch.Tensor]) -> dict[str, list[tuple[int, int
     return out
 
 
+class HeadRuns:
+    """Where each output head's parameters lie in the flat gradient, as runs: worked out once per learner."""
+
+    def __init__(self, heads: dict[str, torch.Tensor], dev: torch.device):
+        """`heads`: each head's positions in the flat gradient (transfer.head_positions)."""
+        runs = head_ranges(heads)
+        self.names = list(runs)
+        self.runs = [run for head_runs in runs.values() for run in head_runs]
+        owners = [i for i, head_runs in enumerate(runs.values()) for _ in head_runs]
+        # Mostly one run per head: the runs' sums are then the heads' sums, no scatter needed.
+        self.run_head = None if owners == list(range(len(runs))) else torch.tensor(owners, device=dev)
+
+    def squared_norms(self, sq: torch.Tensor) -> torch.Tensor:
+        """Each head's sum of `sq` (the squared flat gradient), in `names` order."""
+        sums = torch.stack([sq[a:b].sum() for a, b in self.runs]) if self.runs else sq.new_zeros(0)
+        if self.run_head is None:
+            return sums
+        return sums.new_zeros(len(self.names)).index_add_(0, self.run_head, sums)
+
+
 class StepSums:
     """Running sums over one batch's optimizer steps, kept on the device (no sync in the loop).
 
@@ -31,13 +51,8 @@ class StepSums:
     op per step either: a sum is finite exactly when every term added to it was (NaN and inf propagate).
     """
 
-    def __init__(self, dev: torch.device, heads: dict[str, torch.Tensor]):
-        """`heads`: each head's positions in the flat gradient (transfer.head_positions)."""
-        self.heads = head_ranges(heads)
-        self.runs = [run for runs in self.heads.values() for run in runs]
-        owners = [i for i, runs in enumerate(self.heads.values()) for _ in runs]
-        # Mostly one run per head: the runs' sums are then the heads' sums, no scatter needed.
-        self.run_head = None if owners == list(range(len(self.heads))) else torch.tensor(owners, device=dev)
+    def __init__(self, dev: torch.device, heads: HeadRuns):
+        self.heads = heads
         self.keys: list[str] | None = None
         self.rows: list[torch.Tensor] = []        # each step's scalars, in `keys` order
         self.first: torch.Tensor | None = None    # running sum over the first epoch: |g|^2, per-head norms, meansq
@@ -51,10 +66,7 @@ class StepSums:
         """A first-epoch step's flat gradient before clipping (learner/flat_gradients.py): its statistics."""
         sq = grads * grads
         total = sq.sum().reshape(1)
-        heads = torch.stack([sq[a:b].sum() for a, b in self.runs]) if self.runs else sq.new_zeros(0)
-        if self.run_head is not None:
-            heads = heads.new_zeros(len(self.heads)).index_add_(0, self.run_head, heads)
-        first = torch.cat([total, heads.sqrt(), total / grads.numel()])
+        first = torch.cat([total, self.heads.squared_norms(sq).sqrt(), total / grads.numel()])
         self.first = first if self.first is None else self.first.add_(first)
         self.first_steps += 1
         self.grad_absmax = torch.maximum(self.grad_absmax, grads.abs().amax())
@@ -86,7 +98,7 @@ class StepSums:
         small_sq, *heads, meansq = (self.first / n).unbind()
         noise = noise_scale.update(small_sq, (self.big_grad / n).pow(2).sum(), count / n, float(count))
         loss = means.pop("loss")
-        return {**means, **{f"grad_norm_{h}": x for h, x in zip(self.heads, heads, strict=True)},
+        return {**means, **{f"grad_norm_{h}": x for h, x in zip(self.heads.names, heads, strict=True)},
                 "grad_meansq": meansq, "grad_absmax": self.grad_absmax, "kl": kl / max(count, 1),
                 "grad_noise_scale": noise, "loss_finite": torch.isfinite(loss).float(),
                 "grads_finite": torch.isfinite(means["grad_norm"]).float()}

@@ -13,18 +13,11 @@ import zlib
 import numpy as np
 import torch
 
-OWNERS = {"weights": "inv_resumed_weights_as_saved", "optimizer": "inv_resumed_optimizer_as_saved",
-          "preprocessing": "inv_resumed_preprocessing_as_saved"}
-"""Each part of the fingerprint and the statistic that judges it."""
+from rlvitals.learner.networks import float64_sums
+from rlvitals.telemetry.invariants import BY_NAME
 
-
-def _sums(tensors) -> list[float]:
-    """float64 sum of values and of squares over the tensors (0, 0 for none)."""
-    flat = [t.detach().reshape(-1).double().cpu() for t in tensors if torch.is_tensor(t) and t.numel()]
-    if not flat:
-        return [0.0, 0.0]
-    x = torch.cat(flat)
-    return [float(x.sum()), float(x.square().sum())]
+OWNERS = {owner: BY_NAME[f"resumed_{owner}_as_saved"].statistic for owner in ("weights", "optimizer", "preprocessing")}
+"""Each part of the fingerprint and the statistic of the resume invariant that judges it."""
 
 
 def _digest(value) -> float:
@@ -63,11 +56,12 @@ def fingerprint(net, learner, tracker, rng: dict) -> dict[str, list[float]]:
     tracker_state = {k: v for k, v in tracker.state().items() if k != "elapsed"}
     tracker_state["samples"] = {k: v for k, v in tracker_state.get("samples", {}).items() if k != "in_flight"}
     return {
-        "weights": [*_sums(net.parameters()), float(net.age), float(learner.samples_learned), float(learner.updates),
-                    float(learner.nonfinite_batches), _digest(tracker_state), _digest(extra), _digest(rng)],
-        "optimizer": [*_sums(t for state in optimizer["state"].values() for t in state.values()), *hyper,
+        "weights": [*float64_sums(net.parameters()), float(net.age), float(learner.samples_learned),
+                    float(learner.updates), float(learner.nonfinite_batches), _digest(tracker_state), _digest(extra),
+                    _digest(rng)],
+        "optimizer": [*float64_sums(t for state in optimizer["state"].values() for t in state.values()), *hyper,
                       float(len(optimizer["state"]))],
-        "preprocessing": [*_sums(b for b in net.buffers() if b.is_floating_point()), _digest(normalization)],
+        "preprocessing": [*float64_sums(b for b in net.buffers() if b.is_floating_point()), _digest(normalization)],
     }
 
 
@@ -76,12 +70,12 @@ def network_gaps(saved: dict[str, list[float]] | None, net) -> dict[str, float]:
     normalisers' sums from the fingerprint saved with them ({} for a checkpoint without one)."""
     if not saved:
         return {}
-    now = {"weights": _sums(net.parameters()),
-           "preprocessing": _sums(b for b in net.buffers() if b.is_floating_point())}
+    now = {"weights": float64_sums(net.parameters()),
+           "preprocessing": float64_sums(b for b in net.buffers() if b.is_floating_point())}
     return {owner: _gap(saved.get(owner, [])[:2], now[owner]) for owner in now}
 
 
-def _gap(a: list[float], b: list[float]) -> float:
+def _gap(a, b) -> float:
     """The largest relative difference of two lists of numbers; 1 when their lengths differ."""
     if len(a) != len(b):
         return 1.0   # a part of the state is there in one and not the other

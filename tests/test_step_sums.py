@@ -13,7 +13,7 @@ from torch import nn
 from rlvitals.learner.diagnostics import GradientNoiseScale
 from rlvitals.learner.flat_gradients import FlatGradients
 from rlvitals.learner.networks import Categorical
-from rlvitals.learner.step_sums import StepSums, head_ranges
+from rlvitals.learner.step_sums import HeadRuns, StepSums, head_ranges
 from rlvitals.learner.transfer import head_positions
 
 
@@ -48,7 +48,7 @@ def test_head_ranges_are_the_heads_positions_as_runs():
 def test_the_sums_match_a_per_step_reference_over_two_epochs():
     torch.manual_seed(0)
     net = TwoHeads()
-    sums = StepSums(torch.device("cpu"), head_positions(net, torch.device("cpu")))
+    sums = StepSums(torch.device("cpu"), HeadRuns(head_positions(net, torch.device("cpu")), torch.device("cpu")))
     steps, per_epoch = 6, 3
     seen = []
     for step in range(steps):
@@ -99,7 +99,7 @@ def test_the_sums_match_a_per_step_reference_over_two_epochs():
 @pytest.mark.parametrize("bad", [math.nan, math.inf])
 def test_one_nonfinite_step_makes_the_batch_nonfinite(bad):
     net = TwoHeads()
-    sums = StepSums(torch.device("cpu"), head_positions(net, torch.device("cpu")))
+    sums = StepSums(torch.device("cpu"), HeadRuns(head_positions(net, torch.device("cpu")), torch.device("cpu")))
     one = torch.ones(())
     for step in range(4):
         loss = torch.tensor(bad) if step == 2 else one

@@ -4,6 +4,7 @@ they check), the few constants more than one family uses, and how statistics are
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch.nn import functional as F
@@ -67,3 +68,30 @@ def _largest(values: list[torch.Tensor]) -> torch.Tensor:
 def _relative_error_of(error: torch.Tensor, actual_norm: torch.Tensor, reference_norm: torch.Tensor) -> torch.Tensor:
     """error / ||reference||; NaN when both norms are 0 (norms are never negative)."""
     return torch.where(actual_norm + reference_norm <= 1e-30, NAN, error / reference_norm.clamp_min(1e-30))
+
+
+@dataclass(frozen=True)
+class KeptSteps:
+    """A sampled update's minibatch steps laid end to end, for the checks that read every step: each kept sample's
+    position in the batch, the step it belongs to, each step's size, and log pi_step(a) - log mu(a) in float64
+    (pi_step: the policy as that step saw it)."""
+
+    positions: torch.Tensor
+    step_of: torch.Tensor
+    sizes: torch.Tensor
+    log_ratio: torch.Tensor
+
+    @classmethod
+    def of(cls, dist, steps: list, actions: torch.Tensor, behaviour_logp: torch.Tensor) -> KeptSteps:
+        """From the kept `steps` ((minibatch positions, policy parameters, last epoch) per step)."""
+        positions = torch.cat([mb for mb, _, _ in steps])
+        # Built on the host and sent without waiting: the device's queue is never drained here.
+        host_sizes = torch.tensor([mb.numel() for mb, _, _ in steps])
+        step_of = torch.repeat_interleave(torch.arange(len(steps)), host_sizes).to(positions.device, non_blocking=True)
+        log_ratio = (_log_prob(dist, torch.cat([p for _, p, _ in steps]), actions[positions])
+                     - behaviour_logp[positions].to(F64))
+        return cls(positions, step_of, host_sizes.to(positions.device, F64, non_blocking=True), log_ratio)
+
+    def per_step(self, x: torch.Tensor) -> torch.Tensor:
+        """Each step's sum of `x` (one value per kept sample)."""
+        return torch.zeros(self.sizes.numel(), dtype=F64, device=x.device).index_add_(0, self.step_of, x.to(F64))

@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import F64, NAN, SPREAD_FLOOR, _entropy, _log_prob, _nan_like, _relative_error_of
+from .common import F64, NAN, SPREAD_FLOOR, KeptSteps, _entropy, _nan_like, _relative_error_of
 
 
 def returns_error(ref_targets, ref_advantages, targets, advantages) -> torch.Tensor:
@@ -113,29 +113,22 @@ SURROGATE_FLOOR = 1e-3
 its own rounding."""
 
 
-def surrogate_error(dist, s, steps: list, actions: torch.Tensor, behaviour_logp: torch.Tensor,
-                    advantages: torch.Tensor, policy_loss: torch.Tensor) -> torch.Tensor:
+def surrogate_error(s, kept: KeptSteps, advantages: torch.Tensor, policy_loss: torch.Tensor) -> torch.Tensor:
     """policy_loss_as_configured (module docstring): the update's mean clipped-surrogate loss recomputed from every
-    step's kept policy parameters `steps` ((minibatch, parameters, last epoch) per step) with the configured clip
-    range and advantage normalisation, against the loss's own mean `policy_loss`."""
-    mbs = torch.cat([mb for mb, _, _ in steps])
-    host_sizes = torch.tensor([mb.numel() for mb, _, _ in steps])
-    step_of = torch.repeat_interleave(torch.arange(len(steps)), host_sizes).to(mbs.device, non_blocking=True)
-    sizes = host_sizes.to(mbs.device, F64, non_blocking=True)
-    per_step = lambda x: torch.zeros(len(steps), dtype=F64, device=mbs.device).index_add_(0, step_of, x)  # noqa: E731
-    a = advantages[mbs].to(F64)
+    kept step (`kept`) with the configured clip range and advantage normalisation, against the loss's own mean
+    `policy_loss`."""
+    raw = advantages[kept.positions].to(F64)
+    a, sizes, step_of = raw, kept.sizes, kept.step_of
     if s.normalize_advantages:   # per minibatch, as the loss does: mean and unbiased std of each step's advantages
-        mean = per_step(a) / sizes
-        centred = a - mean[step_of]
-        std = (per_step(centred * centred) / (sizes - 1).clamp_min(1)).sqrt()
-        a = torch.where(sizes[step_of] > 1, centred / (std[step_of] + 1e-8), a)
-    ratio = (_log_prob(dist, torch.cat([p for _, p, _ in steps]), actions[mbs]) - behaviour_logp[mbs].to(F64)).exp()
+        centred = raw - (kept.per_step(raw) / sizes)[step_of]
+        std = (kept.per_step(centred * centred) / (sizes - 1).clamp_min(1)).sqrt()
+        a = torch.where(sizes[step_of] > 1, centred / (std[step_of] + 1e-8), raw)
+    ratio = kept.log_ratio.exp()
     unclipped = ratio * a
     surrogate = torch.minimum(unclipped, ratio.clamp(1 - s.clip_coef, 1 + s.clip_coef) * a)
-    reference = (-per_step(surrogate) / sizes).mean()
-    scale = (per_step(unclipped.abs()) / sizes).mean()
+    reference = (-kept.per_step(surrogate) / sizes).mean()
+    scale = (kept.per_step(unclipped.abs()) / sizes).mean()
     gap = (policy_loss.to(F64) - reference).abs() / torch.maximum(reference.abs(), SURROGATE_FLOOR * scale)
-    raw = advantages[mbs].to(F64)
     # Advantages that barely vary normalise to rounding noise (as loss_gradient_policy): not measurable.
     measurable = (raw.std() > 1e-5 * raw.abs().amax()) | (not s.normalize_advantages)
     return torch.where(measurable & (scale > 0), torch.where(gap.isnan(), 1.0, gap), NAN)

@@ -8,7 +8,7 @@ import dataclasses
 import torch
 
 from ..reference_returns import vtrace_reference
-from .common import F64, LOSS_GRADIENT_TOLERANCE, NAN, _largest, _relative_error_of
+from .common import F64, LOSS_GRADIENT_TOLERANCE, NAN, KeptSteps, _largest, _relative_error_of
 from .dataflow import handoff_error, loss_gradient_errors, returns_error, surrogate_error, value_head_coupling
 from .distribution import DISTRIBUTION_TOLERANCE, distribution_error
 from .optimisation import (
@@ -233,10 +233,11 @@ class LearnerInvariants:
         self.out["inv_behaviour_record"] = stats["record_discrepancy"]
         gap = optimizer_state_gap(learner.optimizer, self.optimizer_steps_before, u.steps)
         self.out["inv_optimizer_state_kept"] = torch.full((), gap, dtype=F64, device=learner.device)
-        if self.steps and self.count:
+        kept = KeptSteps.of(learner.net.dist, self.steps, b.mb_actions, self.behaviour_logp) if self.steps else None
+        if kept is not None and self.count:
             # Each epoch is one pass over the batch: every valid sample in exactly update_epochs minibatch steps.
             # One scatter-add over every step's indices (not one per step: a tenth of a sampled update's checks).
-            mbs = torch.cat([mb for mb, _, _ in self.steps])
+            mbs = kept.positions
             uses = torch.zeros(self.count, dtype=torch.int32, device=mbs.device).index_add_(
                 0, mbs, torch.ones_like(mbs, dtype=torch.int32))
             self.out["inv_minibatch_coverage"] = (uses != self.settings.update_epochs).to(F64).mean()
@@ -247,10 +248,9 @@ class LearnerInvariants:
         self.observation_statistics = None
         self.out["inv_optimizer_coverage"] = optimizer_coverage(params, learner.optimizer, self.moves,
                                                                 u.before, after)
-        if self.sampled and self.steps and not learner.amp:   # every step's loss, at the ratios it stepped with
-            self.out["inv_policy_loss_as_configured"] = surrogate_error(
-                learner.net.dist, self.settings, self.steps, b.mb_actions, self.behaviour_logp, b.mb_adv,
-                stats["policy_loss"])
+        if kept is not None and not learner.amp:   # every step's loss, at the ratios it stepped with
+            self.out["inv_policy_loss_as_configured"] = surrogate_error(self.settings, kept, b.mb_adv,
+                                                                        stats["policy_loss"])
         if self.sampled and self.arrival_telemetry is not None:
             # The exported entropy is the distribution's, which the loss uses too: when the loss's entropies are
             # off their closed form, the policy's invariant names the fault and the diagnostic is not held to it.
@@ -259,10 +259,9 @@ class LearnerInvariants:
             # Likewise the entropy and the clip fraction read through the distribution's formulas (the clip
             # fraction through the recorded log-probabilities): its own invariant names a wrong formula.
             gaps = [others, torch.where(entropy_off | self.distribution_off, NAN, entropy_gap)]
-            if self.steps:
-                clip_gap, kl_gap = update_disagreement(learner.net.dist, self.settings.clip_coef, self.steps, b,
-                                                       self.behaviour_logp, stats,
-                                                       self.out["inv_loss_gradient_policy"])
+            if kept is not None:
+                clip_gap, kl_gap = update_disagreement(learner.net.dist, self.settings.clip_coef, kept, self.steps,
+                                                       b, stats, self.out["inv_loss_gradient_policy"])
                 # The clip fraction is the loss's own: a loss off its configured surrogate is named as such.
                 loss_off = self.out["inv_policy_loss_as_configured"] > LOSS_GRADIENT_TOLERANCE
                 gaps += [torch.where(self.distribution_off | loss_off, NAN, clip_gap), kl_gap]

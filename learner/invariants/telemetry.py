@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import F64, LOSS_GRADIENT_TOLERANCE, NAN, SPREAD_FLOOR, _entropy, _kl, _largest, _log_prob
+from .common import F64, LOSS_GRADIENT_TOLERANCE, NAN, SPREAD_FLOOR, KeptSteps, _entropy, _kl, _largest
 
 FLOORS = {"residual_variance": 0.01, "relative_entropy": 0.01, "clip_fraction": 0.1, "kl": 1e-3}
 
@@ -89,24 +89,16 @@ def arrival_disagreement(dist, params, values, targets, advantages, valid, min_s
     return tuple(torch.where(valid.any(), x, NAN) for x in (entropy_gap, others))
 
 
-def update_disagreement(dist, clip: float, steps: list, b, behaviour_logp: torch.Tensor, stats: dict,
+def update_disagreement(dist, clip: float, kept: KeptSteps, steps: list, b, stats: dict,
                         loss_gradient_policy: torch.Tensor) -> list[torch.Tensor]:
-    """KL (last epoch) and clip fraction (every step) recomputed from the kept minibatch parameters `steps`
-    ((minibatch indices, policy parameters, last epoch) per step).
+    """KL (last epoch) and clip fraction (every step) recomputed from the kept minibatch steps (`kept`; `steps`:
+    (minibatch indices, policy parameters, last epoch) per step).
 
     The clip fraction is the loss's own statistic: when the loss's policy gradient is off its closed form,
     the loss invariant names the fault, and the clip fraction is not held against telemetry.
     """
-    mbs = torch.cat([mb for mb, _, _ in steps])
-    params = torch.cat([p for _, p, _ in steps])
-    # Built on the host and sent without waiting: the device's queue is never drained here.
-    host_sizes = torch.tensor([mb.numel() for mb, _, _ in steps])
-    sizes = host_sizes.to(mbs.device, non_blocking=True)
-    step_of = torch.repeat_interleave(torch.arange(len(steps)), host_sizes).to(mbs.device, non_blocking=True)
-    log_ratio = _log_prob(dist, params, b.mb_actions[mbs]) - behaviour_logp[mbs].to(F64)
-    clipped = ((log_ratio.exp() - 1).abs() > clip).to(F64)
-    fractions = torch.zeros(len(steps), dtype=F64, device=mbs.device).index_add_(0, step_of, clipped)
-    clip_fraction = (fractions / sizes.clamp_min(1)).mean()
+    clipped = (kept.log_ratio.exp() - 1).abs() > clip
+    clip_fraction = (kept.per_step(clipped) / kept.sizes.clamp_min(1)).mean()
     last_mbs = torch.cat([mb for mb, _, last in steps if last])
     last_params = torch.cat([p for _, p, last in steps if last])
     kl = _kl(dist, b.mb_params[last_mbs], last_params).sum() / max(b.count, 1)
