@@ -132,6 +132,8 @@ def boundary_statistics(rollout) -> dict[str, float]:
         stored = acts[:t, envs]
         if rec.action_low is not None:
             stored = np.clip(stored, rec.action_low, rec.action_high)
+        elif rec.action_start:
+            stored = stored + rec.action_start
         witnessed = rec.actions[:t]
         differ = relative_difference(stored, witnessed) > 0   # exact: any difference at all
         action_diff += int(differ.reshape(t, rec.num_envs, -1).any(-1).sum())

@@ -64,6 +64,8 @@ class EnvRunner:
         self.discrete = isinstance(self.action_space, gym.spaces.Discrete)
         if not self.discrete:
             self._low, self._high = self.action_space.low, self.action_space.high
+        # A Discrete(n, start=s) space takes s..s+n-1: the policy's index plus s (the rollout stores the index).
+        self._action_start = int(self.action_space.start) if self.discrete else 0
         self.obs_shape = self._obs_shape(self.obs_space)
         pixels = isinstance(self.obs_space, gym.spaces.Box) and self.obs_space.dtype == np.uint8
         self.obs_dtype = np.uint8 if pixels else np.float32
@@ -205,6 +207,8 @@ class EnvRunner:
             actions[t], params[t], logps[t] = env_action, param.numpy(), logp.numpy()
             if not self.discrete:
                 env_action = np.clip(env_action, self._low, self._high)
+            elif self._action_start:
+                env_action = env_action + self._action_start
             t1 = _step_started = time.perf_counter()
             step_cpu0 = time.thread_time()
             try:

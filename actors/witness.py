@@ -60,6 +60,8 @@ class WitnessRecord:
     """Emitted observations checked."""
     action_low: np.ndarray | None = None
     action_high: np.ndarray | None = None
+    action_start: int = 0
+    """A Discrete space's first action: the env received the stored index plus it."""
     """Bounds the runner clips continuous actions to before stepping (None: discrete)."""
     env_offset: int = 0
     """Where this runner's envs start in the rollout (several actors' rollouts side by side)."""
@@ -167,6 +169,7 @@ class Witness(gym.vector.VectorWrapper):
         space = env.single_action_space
         self._low = np.asarray(space.low) if isinstance(space, gym.spaces.Box) else None
         self._high = np.asarray(space.high) if isinstance(space, gym.spaces.Box) else None
+        self._action_start = int(space.start) if isinstance(space, gym.spaces.Discrete) else 0
         self._space = SpaceCheck(env.single_observation_space, self.n)
         self._limits = probe_time_limits(env)   # None: no sub-env with gymnasium's TimeLimit
         self._replay = ResetReplay.attach(env)  # None: no sub-envs to replay (a vector entry point, ALE's own)
@@ -302,7 +305,8 @@ class Witness(gym.vector.VectorWrapper):
             done_before=self._done_before, steps=t * n,
             obs_at=np.array([(t, e) for t, e, _ in kept] if obs is not None else [], dtype=np.int64).reshape(-1, 2),
             obs=obs if obs is not None else np.zeros(0), outside_space=outside, emitted=emitted,
-            action_low=self._low, action_high=self._high, complete=complete, origin=self._origin, seq=self._seq,
+            action_low=self._low, action_high=self._high, action_start=self._action_start,
+            complete=complete, origin=self._origin, seq=self._seq,
             fresh=self._fresh)
         record.limit_decisions, record.limit_wrong = take_decisions(self._limits)
         record.steps_total = self._steps_total

@@ -171,6 +171,7 @@ class VectorIntake(nn.Module):
     def __init__(self, space: gym.Space, hidden_sizes: tuple[int, ...]):
         super().__init__()
         self.one_hot = space.n if isinstance(space, gym.spaces.Discrete) else None
+        self.first = int(space.start) if isinstance(space, gym.spaces.Discrete) else 0   # Discrete(n, start=s)
         in_dim = int(self.one_hot or np.prod(space.shape))
         layers: list[nn.Module] = []
         for width in hidden_sizes:
@@ -181,7 +182,7 @@ class VectorIntake(nn.Module):
 
     def forward(self, x):
         if self.one_hot is not None:
-            x = F.one_hot(x.long(), int(self.one_hot))
+            x = F.one_hot(x.long() - self.first, int(self.one_hot))
         return self.mlp(x.float().flatten(1))
 
 

@@ -147,6 +147,8 @@ class Policy:
         actions = actions.numpy()
         if hasattr(self.action_space, "low"):
             actions = np.clip(actions, self.action_space.low, self.action_space.high)
+        else:
+            actions = actions + int(getattr(self.action_space, "start", 0))   # the env's first action, as the actors
         return actions[0] if single else actions
 
     @staticmethod

@@ -50,7 +50,8 @@ class TrainConfig:
     agent: str = "ppo"
     """`ppo` learns; `random` and `fixed` are probe agents that act through the same actors with learning off."""
     fixed_action: int = 0
-    """Action taken by the `fixed` probe agent (discrete action spaces only)."""
+    """Index (0 to n-1) of the action the `fixed` probe agent takes (discrete action spaces only); the env receives
+    its space's first action plus it."""
     seed: int = 0
     """Seed for torch, numpy and the environments; the same seed reproduces a local run bit for bit on CPU."""
     total_env_steps: int = 200_000

@@ -90,7 +90,7 @@ def _first_action(cfg, action_space):
     if not 0 <= cfg.fixed_action < int(action_space.n):
         raise EnvError(f"fixed_action={cfg.fixed_action} is invalid: expected 0 to {int(action_space.n) - 1} "
                        f"(env {cfg.env!r} has action space {action_space})")
-    return cfg.fixed_action
+    return int(action_space.start) + cfg.fixed_action   # an index, as the actors step the env with it
 
 
 def _check_reset(cfg, reset, obs_space) -> None:

@@ -13,9 +13,10 @@ import math
 from pathlib import Path
 
 import gymnasium as gym
+import numpy as np
 import planted_bugs
 import pytest
-import tiny_envs  # noqa: F401  (registers Corridor-v0, Bandit-v0 and the envs whose reset must restore state)
+import tiny_envs  # registers Corridor-v0, Bandit-v0 and the envs whose reset must restore state
 from diagnose import LOUD, diagnose
 from planted_bugs import BY_BUG
 
@@ -192,6 +193,22 @@ def test_a_tiny_corridor_solved_exactly_and_run_far_past_it_raises_nothing(tmp_p
     assert found.summary["mean_return_last_100"] == 1.0, found.summary   # solved exactly
     limits = [row["inv_env_time_limit"] for row in found.rows if "inv_env_time_limit" in row]
     assert limits and set(limits) == {0.0}
+
+
+def test_offset_discrete_spaces_train_quietly_and_the_saved_policy_acts_in_the_envs_own_actions(tmp_path):
+    # Discrete(n, start=s): the network one-hots observations from s, the env receives index + s, the witness
+    # compares the stored index plus s, and a loaded policy predicts the env's own actions.
+    from rlvitals.api import load_policy
+
+    found = diagnose(tmp_path / "run", env="tiny_envs:OffsetCorridor-v0", budget_s=HUNG_S, stop_on_verdict=False,
+                     total_env_steps=4_000, num_envs=8, rollout_length=16, learning_rate=5e-3)
+    assert not [v for v in found.verdicts if v.severity in LOUD], found.verdicts
+    assert found.summary["mean_return_last_100"] == 1.0, found.summary
+    actions = [row["inv_boundary_actions"] for row in found.rows if "inv_boundary_actions" in row]
+    assert actions and set(actions) == {0.0}
+    policy = load_policy(found.run_dir, env="tiny_envs:OffsetCorridor-v0")
+    start = tiny_envs.OffsetCorridor.START
+    assert policy.predict(np.arange(start, start + 3)).tolist() == [2, 2, 2]   # right, in the env's numbering
 
 
 # ---------------------------------------------------------------- every env step counted at the lowest level

@@ -60,7 +60,33 @@ class Bandit(gym.Env):
         return np.ones(1, np.float32), float(int(action) == 1), True, False, {}
 
 
-for _name, _entry, _limit in (("Corridor-v0", Corridor, CORRIDOR_LIMIT), ("Bandit-v0", Bandit, 1)):
+class OffsetCorridor(gym.Env):
+    """The corridor with gymnasium's offset Discrete spaces: cells are observations START..START+CELLS-1 and the
+    actions are 1 (left) and 2 (right); an action outside the space raises, as a strict user env would."""
+
+    START = 10
+
+    def __init__(self, render_mode: str | None = None):
+        self.render_mode = render_mode
+        self.observation_space = gym.spaces.Discrete(CORRIDOR_CELLS, start=self.START)
+        self.action_space = gym.spaces.Discrete(2, start=1)
+        self.cell = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.cell = 0
+        return self.START, {}
+
+    def step(self, action):
+        if not self.action_space.contains(action):
+            raise ValueError(f"action {action!r} is outside {self.action_space}")
+        self.cell = max(0, self.cell + (1 if int(action) == 2 else -1))
+        done = self.cell == CORRIDOR_CELLS - 1
+        return self.START + self.cell, float(done), done, False, {}
+
+
+for _name, _entry, _limit in (("Corridor-v0", Corridor, CORRIDOR_LIMIT), ("Bandit-v0", Bandit, 1),
+                              ("OffsetCorridor-v0", OffsetCorridor, CORRIDOR_LIMIT)):
     if _name not in gym.registry:
         gym.register(_name, entry_point=_entry, max_episode_steps=_limit)
 
