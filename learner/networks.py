@@ -99,6 +99,10 @@ class DiagGaussian:
         return actions, self.log_prob(params, actions)
 
 
+NATURE_MIN_SIZE = 36
+"""The smallest side the Nature trunk takes: 8x8 stride 4, 4x4 stride 2 and 3x3 leave one pixel of 36."""
+
+
 class ImageIntake(nn.Module):
     """Nature-DQN convolutional trunk for uint8 images (HWC or CHW)."""
 
@@ -111,6 +115,11 @@ class ImageIntake(nn.Module):
             _init(nn.Conv2d(c, 32, 8, 4), math.sqrt(2)), nn.ReLU(),
             _init(nn.Conv2d(32, 64, 4, 2), math.sqrt(2)), nn.ReLU(),
             _init(nn.Conv2d(64, 64, 3, 1), math.sqrt(2)), nn.ReLU(), nn.Flatten())
+        height, width = (shape[0], shape[1]) if channels_last else (shape[1], shape[2])
+        if min(height, width) < NATURE_MIN_SIZE:   # its three convolutions would leave nothing to flatten
+            raise ValueError(f"image_network='nature' is invalid for {height}x{width} images (observation shape "
+                             f"{shape}): its convolutions need at least {NATURE_MIN_SIZE}x{NATURE_MIN_SIZE}; "
+                             "expected image_network='impala' for smaller images")
         with torch.no_grad():
             probe = torch.zeros(1, *shape)
             n = self.conv(self._prepare(probe)).shape[-1]

@@ -12,6 +12,7 @@ import os
 import sys
 
 import gymnasium as gym
+import numpy as np
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
 if os.environ.get("BAD_ENVS_ON_IMPORT") == "raise":
@@ -48,7 +49,22 @@ class StepRaisesLater(CartPoleEnv):
         return super().step(action)
 
 
+class SmallImages(gym.Env):
+    """A correct env whose 12x12 RGB images are smaller than the Nature trunk takes (its convolutions need 36)."""
+
+    observation_space = gym.spaces.Box(0, 255, (12, 12, 3), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros((12, 12, 3), np.uint8), {}
+
+    def step(self, action):
+        return np.zeros((12, 12, 3), np.uint8), 0.0, False, False, {}
+
+
 for _env_id, _entry in (("ResetRaises-v0", ResetRaises), ("ResetWrongType-v0", ResetReturnsWrongType),
-                        ("StepRaises-v0", StepRaises), ("StepRaisesLater-v0", StepRaisesLater)):
+                        ("StepRaises-v0", StepRaises), ("StepRaisesLater-v0", StepRaisesLater),
+                        ("SmallImages-v0", SmallImages)):
     if _env_id not in gym.registry:
         gym.register(_env_id, entry_point=_entry, max_episode_steps=500)

@@ -131,6 +131,8 @@ CASES = [
                                                                            "(obs, info)"]),
     train("env-first-step-raises", ["--env", "bad_envs:StepRaises-v0"], ["StepRaises-v0", "first step",
                                                                         "the simulator crashed"]),
+    train("images-too-small-for-nature", ["--env", "bad_envs:SmallImages-v0"],
+          ["image_network='nature'", "12x12", "36x36", "impala"]),
     train("fixed-action-out-of-range", ["--agent", "fixed", "--fixed-action", "99"], ["fixed_action=99", "0 to 1"]),
     train("fixed-agent-continuous-env", ["--agent", "fixed", "--env", "Pendulum-v1"], ["agent='fixed'", "Discrete"]),
     # env_kwargs: not a mapping, unparsable, a name the constructor does not take, a value it refuses
