@@ -221,15 +221,22 @@ LEARNER_INVARIANTS: tuple[Invariant, ...] = (
     Invariant(
         "telemetry_recomputed", "telemetry", "telemetry", 1e-3, 2,
         "An exported diagnostic disagrees with its independent recomputation",
-        "On a sampled batch, a diagnostic the learner exported (residual variance, entropy, KL, clip "
-        "fraction, advantage or target statistics) differs from a slow float64 recomputation from the same "
-        "tensors: the diagnostic itself is broken (arguments swapped, wrong mask, wrong distribution).",
-        "On sampled updates, float64 code of its own recomputes residual variance, relative entropy, value, "
-        "target and advantage mean and std, the KL (from the last epoch's minibatch parameters) and the clip "
-        "fraction (every step's) from the same tensors. Statistic: the largest |exported - reference| / "
-        "max(|reference|, floor), floors 0.01 (residual variance, relative entropy), 0.1 (clip fraction), "
-        "1e-3 nats (KL), 1% of |mean| + std (means, stds); undefined on one side only counts 1. float32 "
-        "against float64 differs by about 1e-6 of these (healthy runs: at most 1.6e-5). The clip fraction "
+        "On a sampled batch, a diagnostic the learner exported (residual variance, entropy and its change "
+        "from the initial policy, KL, clip fraction, the value, target, advantage and reward distributions, "
+        "the terminal correlations, the value-target scale) differs from a slow float64 recomputation from "
+        "the same tensors: the diagnostic itself is broken (arguments swapped, wrong mask, wrong "
+        "distribution, a wrong pairing or bound).",
+        "On sampled updates, float64 code of its own recomputes from the same tensors: min, max, mean and std "
+        "of values, targets, advantages and rewards over valid steps; residual variance; relative entropy and "
+        "the change of the entropy per action dimension from the initial policy's (taken by the check itself "
+        "from the run's first batch); the terminal and penultimate terminal correlations (judged where both "
+        "inputs spread beyond float32's rounding); the value-target scale against the learner's r_max; the "
+        "KL (from the last epoch's minibatch parameters) and the clip fraction (every step's). Statistic: the "
+        "largest |exported - reference| / max(|reference|, floor), floors 0.01 (residual variance, relative "
+        "entropy, entropy change in nats, correlations, target scale), 0.1 (clip fraction), 1e-3 nats (KL), "
+        "1% of |mean| + std (a distribution's statistics); undefined on one side only counts 1. float32 "
+        "against float64 differs by about 1e-6 of these (healthy runs: at most 1e-4 apart from the clip "
+        "fraction's boundary samples, 6e-4 on Acrobot). The clip fraction "
         "and entropy come from the loss's own parts: they are not held against telemetry on updates where "
         "loss_gradient_policy or loss_gradient_entropy is broken, which name the fault there."),
     Invariant(

@@ -866,9 +866,10 @@ from planted_learner_stages import LEARNER_STAGE_BUGS  # noqa: E402
 from planted_ray_stages import RAY_STAGE_BUGS  # noqa: E402
 from planted_recurrent import RECURRENT_BUGS  # noqa: E402
 from planted_settings import SETTINGS_BUGS  # noqa: E402
-from planted_telemetry import TELEMETRY_BUGS  # noqa: E402
+from planted_telemetry import STATISTICS_BUGS, TELEMETRY_BUGS  # noqa: E402
 
-STAGE_BUGS = LEARNER_STAGE_BUGS + ENV_STAGE_BUGS + RAY_STAGE_BUGS + RECURRENT_BUGS + TELEMETRY_BUGS + SETTINGS_BUGS
+STAGE_BUGS = (LEARNER_STAGE_BUGS + ENV_STAGE_BUGS + RAY_STAGE_BUGS + RECURRENT_BUGS + TELEMETRY_BUGS + SETTINGS_BUGS
+              + STATISTICS_BUGS)
 """Designed from the stages' complements (issue 31): each breaks one stage's output given its own inputs."""
 
 BUGS = LAST_ROUND + INVARIANT_BUGS + DOCTOR_BUGS + STAGE_BUGS + COST_BUGS

@@ -1,11 +1,14 @@
-"""Planted faults in the exporter: the metrics a scrape reads differ from the values the run computed, while the
-run's rows, verdicts and learning stay right (telemetry/exported.py's invariant)."""
+"""Planted faults in the telemetry: in the exporter (the metrics a scrape reads differ from the values the run
+computed, while the run's rows, verdicts and learning stay right: telemetry/exported.py's invariant), and in the
+batch's statistics themselves (a distribution's extremes, a correlation, a scale or the entropy's change computed
+wrong from right tensors: telemetry_recomputed's float64 recomputation)."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
+import torch
 from planted_bug import PlantedBug
 
 STANDARD = {"verbosity": "standard"}
@@ -54,4 +57,84 @@ TELEMETRY_BUGS: tuple[PlantedBug, ...] = (
                what="the clip fraction's gauge holds the previous update's value"),
     PlantedBug("ray_kl_exported_in_bits", "telemetry", "run", kl_exported_in_bits, overrides=RAY, mode="ray",
                invariant="exported_as_computed", what="as kl_exported_in_bits, with the learner of a Ray run"),
+)
+
+
+# ---------------------------------------------------------------- the batch's statistics, computed wrong
+
+
+def terminal_correlation_of_the_next_values(mp: pytest.MonkeyPatch) -> None:
+    """Each final reward is paired with the value of the step after it (the next episode's first state)."""
+    from rlvitals.learner import diagnostics
+
+    def terminal_correlations(values, rewards, terminated, valid, done):
+        final = terminated & valid
+        terminal = diagnostics.correlation(values[1:], rewards[:-1], final[:-1])
+        penultimate_ok = final[1:] & valid[:-1] & ~done[:-1]
+        return terminal, diagnostics.correlation(values[:-1], rewards[1:], penultimate_ok)
+
+    mp.setattr(diagnostics, "terminal_correlations", terminal_correlations)
+
+
+def extremes_over_reset_steps(mp: pytest.MonkeyPatch) -> None:
+    """The distributions' min and max are taken over every stored step, the reset transitions' placeholders
+    included (their means and stds stay right)."""
+    from rlvitals.learner import diagnostics
+
+    original = diagnostics.summaries
+
+    def summaries(named, mask):
+        out = original(named, mask)
+        everything = original(named, torch.ones_like(mask))
+        return {k: everything[k] if k.endswith(("_min", "_max")) else v for k, v in out.items()}
+
+    mp.setattr(diagnostics, "summaries", summaries)
+
+
+def value_target_scale_over_the_squared_horizon(mp: pytest.MonkeyPatch) -> None:
+    """The target bound r_max / (1 - gamma) divided by (1 - gamma) once more: the ratio reads 1 / (1 - gamma)
+    times too high."""
+    from rlvitals.learner.ppo import PPOLearner
+
+    original = PPOLearner._scale_stats
+
+    def _scale_stats(self, rewards, targets, valid, done):
+        out = original(self, rewards, targets, valid, done)
+        if self.s.gamma < 1:
+            out["value_target_scale"] = out["value_target_scale"] / (1 - self.s.gamma)
+        return out
+
+    mp.setattr(PPOLearner, "_scale_stats", _scale_stats)
+
+
+def entropy_change_from_each_batch(mp: pytest.MonkeyPatch) -> None:
+    """The initial entropy is taken again from every batch, so the change from the initial policy reads 0."""
+    from rlvitals.learner.ppo import PPOLearner
+
+    original = PPOLearner._batch_stats
+
+    def _batch_stats(self, *args):
+        self.initial_entropy = None
+        return original(self, *args)
+
+    mp.setattr(PPOLearner, "_batch_stats", _batch_stats)
+
+
+STATISTICS_BUGS: tuple[PlantedBug, ...] = (
+    PlantedBug("terminal_correlation_of_the_next_values", "telemetry", "run", terminal_correlation_of_the_next_values,
+               env="FrozenLake-v1", invariant="telemetry_recomputed",
+               what="the terminal correlation pairs each final reward with the next step's value (FrozenLake's "
+                    "episodes end at a hole, 0, or the goal, 1)"),
+    PlantedBug("extremes_over_reset_steps", "telemetry", "run", extremes_over_reset_steps,
+               invariant="telemetry_recomputed",
+               what="the batch's min and max taken over the reset transitions' placeholders too"),
+    PlantedBug("value_target_scale_over_the_squared_horizon", "telemetry", "run",
+               value_target_scale_over_the_squared_horizon, env="Pendulum-v1", invariant="telemetry_recomputed",
+               what="the value-target scale's bound divided by (1 - gamma) twice"),
+    PlantedBug("entropy_change_from_each_batch", "telemetry", "run", entropy_change_from_each_batch,
+               env="Pendulum-v1", invariant="telemetry_recomputed",
+               what="the entropy change measured from each batch's own entropy (always 0)"),
+    PlantedBug("ray_extremes_over_reset_steps", "telemetry", "run", extremes_over_reset_steps, mode="ray",
+               overrides={"mode": "ray", "num_actors": 2, "torch_threads": 1}, invariant="telemetry_recomputed",
+               what="as extremes_over_reset_steps, with the learner of a Ray run"),
 )

@@ -141,7 +141,10 @@ STAGE_BUGS = ["categorical_log_prob_at_half_temperature", "gaussian_log_prob_wit
               "reward_divisor_from_the_rewards_own_spread", "observation_statistics_of_normalised_observations",
               "running_return_never_reset",
               "value_head_squashed", "adam_with_other_betas", "adam_step_scaled_inside", "adam_second_moment_frozen",
-              "ray_gaussian_log_prob_without_the_normaliser"]
+              "ray_gaussian_log_prob_without_the_normaliser",
+              # the batch's statistics computed wrong from right tensors (tests/planted_telemetry.py)
+              "terminal_correlation_of_the_next_values", "extremes_over_reset_steps",
+              "value_target_scale_over_the_squared_horizon", "entropy_change_from_each_batch"]
 
 
 @pytest.mark.parametrize("name", STAGE_BUGS)

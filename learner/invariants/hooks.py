@@ -74,15 +74,18 @@ class LearnerInvariants:
         self.moves: torch.Tensor | None = None
         """Per parameter: the reference step of the first minibatch moves it beyond float32 rounding."""
         self.distribution_off = torch.zeros((), dtype=torch.bool)
+        """This update's distribution formulas are off their reference: what reads through them is not judged."""
         self.handed: dict[str, torch.Tensor] = {}
+        """What the losses must be handed (the returns' output and the rollout's records, flat): sampled updates."""
         self.reward_scaling: tuple | None = None
         self.running_returns: torch.Tensor | None = None
         """Before the learner scales a batch's rewards (sampled updates): the scaler's statistics, the raw
         rewards and the batch's discounted returns."""
         self.observation_statistics: tuple | None = None
         """The observation normaliser's statistics before this batch, and the batch's raw observations."""
-        """What the losses must be handed (the returns' output and the rollout's records, flat): sampled updates."""
-        """This update's distribution formulas are off their reference: what reads through them is not judged."""
+        self.initial_entropy: torch.Tensor | None = None
+        """The initial policy's mean entropy per action dimension, recomputed here from the run's first batch (a
+        resumed run: the learner's restored value, taken once), which entropy_change is held to."""
         self.count = 0
         """The batch's valid samples (minibatch_coverage counts each one's steps from `steps`)."""
         self.recurrent = RecurrentStateChecks()
@@ -167,8 +170,14 @@ class LearnerInvariants:
         self.handed = {"targets": flat(batch.targets), "advantages": flat(batch.advantages),
                        "actions": flat(actions), "behaviour_params": flat(r["behaviour_params"])}
         min_std = flat_target_spread(learner.reward_scale, valid, r["terminated"] | r["truncated"], s.gamma)
-        self.arrival_telemetry = arrival_disagreement(dist, params, batch.values, batch.targets, batch.advantages,
-                                                      valid, min_std, batch.stats)
+        if self.initial_entropy is None and learner.updates > 0:   # resumed: the initial policy is not here
+            self.initial_entropy = learner.initial_entropy
+        entropy_gap, others, entropy = arrival_disagreement(
+            dist, params, batch.values, batch.targets, batch.advantages, valid, min_std, batch.stats, r["rewards"],
+            r["terminated"], r["terminated"] | r["truncated"], self.initial_entropy, learner.reward_scale, s.gamma)
+        self.arrival_telemetry = (entropy_gap, others)
+        if self.initial_entropy is None:
+            self.initial_entropy = entropy
 
     @property
     def keeps_graph(self) -> bool:

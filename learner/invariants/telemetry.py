@@ -1,18 +1,24 @@
 """Telemetry self-consistency: every exported diagnostic agrees with an independent float64 recomputation.
 
 telemetry_recomputed (telemetry). On sampled updates, float64 code of its own
-recomputes residual_variance, relative_entropy, advantage/target/value mean
-and std (population std over valid steps) from the tensors the learner
-exported them from, the KL (behaviour parameters against the last epoch's
-minibatch parameters, stored on sampled updates) and the clip fraction (every
-step's minibatch parameters). Statistic: the largest |exported - reference| /
-max(|reference|, floor). Floors (absolute, per quantity): residual variance and
-relative entropy 0.01, clip fraction 0.1, KL 1e-3 nats, means and stds 1% of
-the quantity's |mean| + std. Float32 against float64 differs by about 1e-6 of
-these, a clip fraction by 1/B per sample on the clip boundary (one in 1e5
-updates): limit 1e-3. A residual variance that is undefined (NaN) on one side
-and defined on the other is a disagreement of 1, unless the targets' spread is
-within 2% of the undefined threshold (then skipped). Two diagnostics come from
+recomputes, from the tensors the learner exported them from: the min, max,
+mean and std (population, over valid steps) of values, targets, advantages
+and rewards; the residual variance; the relative entropy and its change from
+the initial policy (the learner's stored initial entropy is an input); the
+terminal and penultimate terminal correlations; the value-target scale
+(max |target| against r_max / (1 - gamma), the learner's r_max an input); the
+KL (behaviour parameters against the last epoch's minibatch parameters, stored
+on sampled updates) and the clip fraction (every step's minibatch
+parameters). Statistic: the largest |exported - reference| / max(|reference|,
+floor). Floors (absolute, per quantity): residual variance, relative entropy,
+entropy change (nats), correlations and the target scale 0.01, clip fraction
+0.1, KL 1e-3 nats, a distribution's statistics 1% of its |mean| + std.
+Float32 against float64 differs by about 1e-6 of these, a clip fraction by
+1/B per sample on the clip boundary (one in 1e5 updates): limit 1e-3. A
+residual variance that is undefined (NaN) on one side and defined on the
+other is a disagreement of 1, unless the targets' spread is within 2% of the
+undefined threshold (then skipped); a correlation is judged only where both
+inputs spread by more than float32's rounding. Two diagnostics come from
 the loss's own parts: the clip fraction (the loss's ratio) and the entropy (the
 distribution the loss uses). They are not held against telemetry on updates
 where loss_gradient_policy, respectively loss_gradient_entropy, is broken:
@@ -25,7 +31,10 @@ import torch
 
 from .common import F64, LOSS_GRADIENT_TOLERANCE, NAN, SPREAD_FLOOR, KeptSteps, _entropy, _kl, _largest
 
-FLOORS = {"residual_variance": 0.01, "relative_entropy": 0.01, "clip_fraction": 0.1, "kl": 1e-3}
+FLOORS = {"residual_variance": 0.01, "relative_entropy": 0.01, "clip_fraction": 0.1, "kl": 1e-3,
+          "correlation": 0.01, "entropy_change": 0.01, "value_target_scale": 0.01}
+CORRELATION_SPREAD = 1e-4
+"""A correlation's inputs must spread by more than this share of their size to be judged (float32 rounds at 6e-8)."""
 
 
 def _disagreement(exported: list[torch.Tensor], reference: list[torch.Tensor], floor: list) -> torch.Tensor:
@@ -64,29 +73,71 @@ def flat_target_spread(reward_scale, valid, done, gamma: float) -> torch.Tensor:
     return torch.where(torch.isinf(horizon), 0.0, 0.01 * reward_scale.to(F64) * horizon)
 
 
-def arrival_disagreement(dist, params, values, targets, advantages, valid, min_std,
-                         exported: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """Relative disagreements of the batch statistics exported at arrival with their recomputation: (relative
-    entropy's, the largest of the others)."""
+def _correlation(x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Pearson correlation in float64 where `mask` holds; NaN (not judged) with fewer than three points or an
+    input whose spread is within float32's rounding of its size, where float32 and float64 may call it
+    undefined differently."""
+    m = mask.to(F64)
+    n = m.sum()
+    x, y = x.to(F64), y.to(F64)
+    xc = (x - (x * m).sum() / n.clamp_min(1)) * m
+    yc = (y - (y * m).sum() / n.clamp_min(1)) * m
+    spread = lambda c, v: (c.pow(2).sum() / n.clamp_min(1)).sqrt() / ((v * m).abs().amax() + 1e-30)  # noqa: E731
+    judged = (n >= 3) & (spread(xc, x) > CORRELATION_SPREAD) & (spread(yc, y) > CORRELATION_SPREAD)
+    denom = (xc.pow(2).sum() * yc.pow(2).sum()).sqrt()
+    return torch.where(judged, (xc * yc).sum() / denom.clamp_min(1e-300), NAN)
+
+
+def arrival_disagreement(dist, params, values, targets, advantages, valid, min_std, exported: dict,
+                         rewards, terminated, done, initial_entropy, reward_scale, gamma: float
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Relative disagreements of the batch statistics exported at arrival with their recomputation in float64
+    from the same tensors: (the entropy's (relative entropy and its change from the initial policy), the largest
+    of the others: min, max, mean and std of values, targets, advantages and rewards over valid steps, the
+    residual variance, the terminal correlations and the value-target scale), and the batch's mean entropy per
+    action dimension. `initial_entropy` None: this is the run's first batch, the initial policy's own."""
     m = valid.to(F64)
     n = m.sum().clamp_min(1)
     exported_, reference, floor = [], [], []
-    for name, x in (("value", values), ("target", targets), ("advantage", advantages)):
+    for name, x in (("value", values), ("target", targets), ("advantage", advantages), ("reward", rewards)):
         mean, std = _moments(x, m, n)
-        exported_ += [exported[f"{name}_mean"], exported[f"{name}_std"]]
-        reference += [mean, std]
-        floor += [SPREAD_FLOOR * (mean.abs() + std)] * 2
-    exported_.append(exported["relative_entropy"])
-    reference.append((_entropy(dist, params) * m).sum() / n / dist.max_entropy)
-    floor.append(FLOORS["relative_entropy"])
+        x64 = x.to(F64)
+        low = torch.where(valid, x64, torch.inf).amin()
+        high = torch.where(valid, x64, -torch.inf).amax()
+        for stat, ref in (("mean", mean), ("std", std), ("min", low), ("max", high)):
+            exported_.append(exported[f"{name}_{stat}"])
+            reference.append(ref)
+            floor.append(SPREAD_FLOOR * (mean.abs() + std))
+    final = terminated & valid
+    for key, ref in (("terminal_correlation", _correlation(values, rewards, final)),
+                     ("penultimate_terminal_correlation",
+                      _correlation(values[:-1], rewards[1:], final[1:] & valid[:-1] & ~done[:-1]))):
+        # Judged only where the reference judges: a correlation too close to undefined is not held to it.
+        exported_.append(torch.where(torch.isnan(ref), NAN, exported[key].to(F64)))
+        reference.append(ref)
+        floor.append(FLOORS["correlation"])
+    if gamma < 1:   # |targets| against the bound r_max / (1 - gamma), with the run's r_max as the learner has it
+        bound = reward_scale.to(F64) / (1 - gamma)
+        scale = torch.where(bound > 0, torch.where(valid, targets.to(F64).abs(), 0.0).amax() / bound.clamp_min(1e-30),
+                            NAN)
+        exported_.append(exported["value_target_scale"])
+        reference.append(scale)
+        floor.append(FLOORS["value_target_scale"])
+    entropy = (_entropy(dist, params) * m).sum() / n
+    per_dimension = entropy / dist.dims
+    initial = per_dimension if initial_entropy is None else initial_entropy.to(F64)
+    entropy_exported = [exported["relative_entropy"], exported["entropy_change"]]
+    entropy_reference = [entropy / dist.max_entropy, per_dimension - initial]
+    entropy_floor = [FLOORS["relative_entropy"], FLOORS["entropy_change"]]
     ratio = _residual_variance(targets, values, m, n, min_std)
     exported_.append(exported["residual_variance"])
     reference.append(ratio)
     floor.append(FLOORS["residual_variance"])
     gaps = _disagreement(exported_, reference, floor)
     gaps[-1] = torch.where(torch.isinf(ratio), NAN, gaps[-1])   # too close to the undefined threshold to call
-    entropy_gap, others = gaps[-2], _largest([*gaps[:-2], gaps[-1]])
-    return tuple(torch.where(valid.any(), x, NAN) for x in (entropy_gap, others))
+    entropy_gap = _largest(list(_disagreement(entropy_exported, entropy_reference, entropy_floor).unbind()))
+    others = _largest(list(gaps.unbind()))
+    return (*(torch.where(valid.any(), x, NAN) for x in (entropy_gap, others)), per_dimension)
 
 
 def update_disagreement(dist, clip: float, kept: KeptSteps, steps: list, b, stats: dict,
