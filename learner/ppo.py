@@ -261,9 +261,9 @@ class PPOLearner:
             for mb, cols in self._minibatches(b):
                 ta = self._clock()
                 # Loss directions are exact per sample: the update's first minibatch is enough to watch them.
-                loss, parts, mb_params = self._forward_backward(b, mb, directions if steps == 0 else None,
-                                                                cols=cols)
-                self.invariants.step(mb, mb_params, epoch == s.update_epochs - 1)
+                loss, parts, mb_params, mb_values = self._forward_backward(b, mb, directions if steps == 0 else None,
+                                                                           cols=cols)
+                self.invariants.step(mb, mb_params, mb_values, epoch == 0, epoch == s.update_epochs - 1)
                 first_sampled = steps == 0 and self.invariants.sampled
                 if epoch == 0:   # the gradient's statistics: first epoch
                     sums.gradients(self.gradients.flat())
@@ -301,7 +301,8 @@ class PPOLearner:
 
     def _forward_backward(self, b: _Batch, mb: torch.Tensor, directions: dict | None = None,
                           cols: torch.Tensor | None = None):
-        """The loss of one minibatch under the network as it is now, and its gradients (not yet clipped).
+        """The loss of one minibatch under the network as it is now, and its gradients (not yet clipped): (loss,
+        its terms, the policy's parameters, the values).
 
         `cols`: a recurrent policy's env columns, replayed whole. `directions`, when given, receives which way
         the loss moves each output (diagnostics.loss_directions).
@@ -323,7 +324,7 @@ class PPOLearner:
             directions.update(diag.loss_directions(logp, values, entropy, b.mb_adv[mb], b.mb_targets[mb],
                                                    self.s.normalize_advantages, net.value_bias()))
             self.invariants.first_minibatch(parts["policy_loss"], params, logp, values, entropy, b, mb)
-        return loss, parts, params
+        return loss, parts, params, values
 
     def _report(self, b: _Batch, u: _Update) -> dict:
         """Every statistic of the batch, copied to the host in one transfer."""

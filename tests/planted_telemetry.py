@@ -120,6 +120,67 @@ def entropy_change_from_each_batch(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(PPOLearner, "_batch_stats", _batch_stats)
 
 
+def grad_norm_reported_after_the_clip(mp: pytest.MonkeyPatch) -> None:
+    """Each step's gradient norm is summed as the clip left it (at most max_grad_norm), not as it was."""
+    from rlvitals.learner.ppo import PPOLearner
+    from rlvitals.learner.step_sums import StepSums
+
+    original = StepSums.add
+    limit: dict = {}
+    original_init = PPOLearner.__init__
+
+    def __init__(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        limit["max"] = self.s.max_grad_norm
+
+    def add(self, loss, parts, grad_norm):
+        return original(self, loss, parts, grad_norm.clamp(max=limit["max"]))
+
+    mp.setattr(PPOLearner, "__init__", __init__)
+    mp.setattr(StepSums, "add", add)
+
+
+def value_loss_reported_without_the_half(mp: pytest.MonkeyPatch) -> None:
+    """The value loss term is reported as the mean squared error, the loss itself keeping the 1/2."""
+    from rlvitals.learner import ppo
+
+    original = ppo.ppo_loss
+
+    def ppo_loss(*args, **kwargs):
+        loss, parts = original(*args, **kwargs)
+        return loss, {**parts, "value_loss": 2 * parts["value_loss"].detach()}
+
+    mp.setattr(ppo, "ppo_loss", ppo_loss)
+
+
+def gradient_absmax_of_each_step_alone(mp: pytest.MonkeyPatch) -> None:
+    """The gradient's abs-max restarts at every step, so the update reports its last first-epoch step's."""
+    from rlvitals.learner.step_sums import StepSums
+
+    original = StepSums.gradients
+
+    def gradients(self, grads):
+        self.grad_absmax = torch.zeros_like(self.grad_absmax)
+        return original(self, grads)
+
+    mp.setattr(StepSums, "gradients", gradients)
+
+
+def head_norms_swapped(mp: pytest.MonkeyPatch) -> None:
+    """The policy head's gradient norm is filed as the value head's, and the other way round."""
+    from rlvitals.learner.step_sums import StepSums
+
+    original = StepSums.result
+
+    def result(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        if "grad_norm_policy" in out and "grad_norm_value" in out:
+            out["grad_norm_policy"], out["grad_norm_value"] = out["grad_norm_value"], out["grad_norm_policy"]
+        return out
+
+    mp.setattr(StepSums, "result", result)
+
+
 STATISTICS_BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("terminal_correlation_of_the_next_values", "telemetry", "run", terminal_correlation_of_the_next_values,
                env="FrozenLake-v1", invariant="telemetry_recomputed",
@@ -134,6 +195,17 @@ STATISTICS_BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("entropy_change_from_each_batch", "telemetry", "run", entropy_change_from_each_batch,
                env="Pendulum-v1", invariant="telemetry_recomputed",
                what="the entropy change measured from each batch's own entropy (always 0)"),
+    PlantedBug("grad_norm_reported_after_the_clip", "telemetry", "run", grad_norm_reported_after_the_clip,
+               invariant="telemetry_recomputed", what="the exported gradient norm is each step's after the clip"),
+    PlantedBug("value_loss_reported_without_the_half", "telemetry", "run", value_loss_reported_without_the_half,
+               env="Pendulum-v1", invariant="telemetry_recomputed",
+               what="the value loss reported as twice what the loss holds (the mean squared error, no 1/2)"),
+    PlantedBug("gradient_absmax_of_each_step_alone", "telemetry", "run", gradient_absmax_of_each_step_alone,
+               env="Acrobot-v1", invariant="telemetry_recomputed",
+               what="the gradient's abs-max restarted at every step (the last first-epoch step's is reported)"),
+    PlantedBug("ray_head_norms_swapped", "telemetry", "run", head_norms_swapped, mode="ray",
+               overrides={"mode": "ray", "num_actors": 2, "torch_threads": 1}, invariant="telemetry_recomputed",
+               what="the policy and value heads' gradient norms exported under each other's names (Ray)"),
     PlantedBug("ray_extremes_over_reset_steps", "telemetry", "run", extremes_over_reset_steps, mode="ray",
                overrides={"mode": "ray", "num_actors": 2, "torch_threads": 1}, invariant="telemetry_recomputed",
                what="as extremes_over_reset_steps, with the learner of a Ray run"),

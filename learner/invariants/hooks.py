@@ -24,7 +24,7 @@ from .optimizer_step import AdamReference
 from .preprocessing import running_return_error, scaling_error, snapshot, statistics_error
 from .recurrent_state import RECURRENT_KEYS, RecurrentStateChecks
 from .sampling import sampling_statistics
-from .telemetry import arrival_disagreement, flat_target_spread, update_disagreement
+from .telemetry import StepStatistics, arrival_disagreement, flat_target_spread, update_disagreement
 
 SAMPLED_FIRST, SAMPLED_EVERY = 16, 16
 KEYS = ("inv_sampling_logp", "inv_sampling_frequency", "inv_behaviour_record", "inv_returns_recomputed",
@@ -67,6 +67,7 @@ class LearnerInvariants:
         self.grad_before: torch.Tensor | None = None
         self.behaviour_logp: torch.Tensor | None = None
         self.arrival_telemetry: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.step_statistics = StepStatistics()
         self.optimizer_steps_before: dict[int, float] | None = None
         self.settings = learner.s
         """The settings the references use: the learner's own until the run declares its config's (`declare`)."""
@@ -127,6 +128,7 @@ class LearnerInvariants:
         s, dist = self.settings, learner.net.dist
         self.sampled = is_sampled(learner.updates)
         self.steps, self.grad_norms, self.arrival_telemetry, self.moves = [], None, None, None
+        self.step_statistics = StepStatistics()
         self.distribution_off = torch.zeros((), dtype=torch.bool, device=learner.device)
         self.count = batch.count
         self.optimizer_steps_before = optimizer_steps(learner.optimizer)
@@ -230,10 +232,15 @@ class LearnerInvariants:
         """Right after the first minibatch's optimizer step (sampled updates): the step against the reference."""
         self.out["inv_optimizer_step_as_configured"], self.moves = self.adam.after()
 
-    def step(self, mb: torch.Tensor, mb_params: torch.Tensor, last_epoch: bool) -> None:
-        """Each minibatch's policy parameters, kept on sampled updates for the KL and clip fraction's check."""
+    def step(self, mb: torch.Tensor, mb_params: torch.Tensor, mb_values: torch.Tensor, first_epoch: bool,
+             last_epoch: bool) -> None:
+        """After each minibatch's backward pass, before the clip (sampled updates): its policy parameters, kept for
+        the KL and clip fraction's check, and its step statistics recomputed from the gradients as they are."""
         if self.sampled:
             self.steps.append((mb, mb_params.detach(), last_epoch))
+            learner = self.learner
+            self.step_statistics.step(learner.net, learner.net.dist, mb_params, mb_values,
+                                      self.handed["targets"][mb], first_epoch)
 
     def report(self, b, u, after: torch.Tensor, stats: dict) -> dict[str, torch.Tensor]:
         """The update's `inv_*` statistics (0-d tensors on the device)."""
@@ -274,6 +281,12 @@ class LearnerInvariants:
                 # The clip fraction is the loss's own: a loss off its configured surrogate is named as such.
                 loss_off = self.out["inv_policy_loss_as_configured"] > LOSS_GRADIENT_TOLERANCE
                 gaps += [torch.where(self.distribution_off | loss_off, NAN, clip_gap), kl_gap]
+            if not learner.amp:   # bfloat16 loss terms round at 1e-2: their sums are not held to float64
+                # The value loss is recomputed on the targets the returns produced: a loss handed others, or off
+                # its closed form, is named by the value's own invariants.
+                value_off = ((self.out["inv_loss_gradient_value"] > LOSS_GRADIENT_TOLERANCE)
+                             | (self.out["inv_value_loss_inputs"] > 0))   # exact copies: 0
+                gaps.append(self.step_statistics.disagreement(stats, value_off, entropy_off | self.distribution_off))
             self.out["inv_telemetry_recomputed"] = _largest(gaps)
         out, self.steps = self.out, []
         return out

@@ -4,15 +4,19 @@ telemetry_recomputed (telemetry). On sampled updates, float64 code of its own
 recomputes, from the tensors the learner exported them from: the min, max,
 mean and std (population, over valid steps) of values, targets, advantages
 and rewards; the residual variance; the relative entropy and its change from
-the initial policy (the learner's stored initial entropy is an input); the
+the initial policy (whose entropy the check takes itself from the first batch); the
 terminal and penultimate terminal correlations; the value-target scale
 (max |target| against r_max / (1 - gamma), the learner's r_max an input); the
 KL (behaviour parameters against the last epoch's minibatch parameters, stored
 on sampled updates) and the clip fraction (every step's minibatch
-parameters). Statistic: the largest |exported - reference| / max(|reference|,
+parameters); each step's statistics as the step is taken (StepStatistics: the
+gradient's norm, abs-max, mean square and heads' norms from the parameters' own
+`.grad`, the value and entropy loss terms). Statistic: the largest
+|exported - reference| / max(|reference|,
 floor). Floors (absolute, per quantity): residual variance, relative entropy,
 entropy change (nats), correlations and the target scale 0.01, clip fraction
-0.1, KL 1e-3 nats, a distribution's statistics 1% of its |mean| + std.
+0.1, KL 1e-3 nats, a distribution's statistics 1% of its |mean| + std, the
+value loss 1e-5, the gradient's statistics none (relative to their own size).
 Float32 against float64 differs by about 1e-6 of these, a clip fraction by
 1/B per sample on the clip boundary (one in 1e5 updates): limit 1e-3. A
 residual variance that is undefined (NaN) on one side and defined on the
@@ -22,7 +26,8 @@ inputs spread by more than float32's rounding. Two diagnostics come from
 the loss's own parts: the clip fraction (the loss's ratio) and the entropy (the
 distribution the loss uses). They are not held against telemetry on updates
 where loss_gradient_policy, respectively loss_gradient_entropy, is broken:
-that invariant names the fault where it is.
+that invariant names the fault where it is; likewise the value loss where
+loss_gradient_value or value_loss_inputs is.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from .common import F64, LOSS_GRADIENT_TOLERANCE, NAN, SPREAD_FLOOR, KeptSteps, 
 
 FLOORS = {"residual_variance": 0.01, "relative_entropy": 0.01, "clip_fraction": 0.1, "kl": 1e-3,
           "correlation": 0.01, "entropy_change": 0.01, "value_target_scale": 0.01}
+GRADIENT_FLOOR = 1e-30
+"""Gradient statistics are judged relative to their own size: a converged run's gradients are tiny but exact."""
 CORRELATION_SPREAD = 1e-4
 """A correlation's inputs must spread by more than this share of their size to be judged (float32 rounds at 6e-8)."""
 
@@ -156,3 +163,50 @@ def update_disagreement(dist, clip: float, kept: KeptSteps, steps: list, b, stat
     clip_gap, kl_gap = _disagreement([stats["clip_fraction"], stats["kl"]], [clip_fraction, kl],
                                      [FLOORS["clip_fraction"], FLOORS["kl"]])
     return [torch.where(loss_gradient_policy > LOSS_GRADIENT_TOLERANCE, NAN, clip_gap), kl_gap]
+
+
+class StepStatistics:
+    """Every optimizer step's exported statistics, recomputed in float64 as the step is taken (sampled updates):
+    the gradient norm before the clip over every step, and over the first epoch its abs-max, its mean square and
+    each output head's norm, all from the parameters' own `.grad` (not the learner's flat view of them); the
+    value loss from the step's values and handed targets; the entropy term from the step's policy parameters."""
+
+    def __init__(self):
+        self.norms: list[torch.Tensor] = []
+        self.first: list[torch.Tensor] = []     # per first-epoch step: abs-max, mean square, each head's norm
+        self.value_losses: list[torch.Tensor] = []
+        self.entropies: list[torch.Tensor] = []
+        self.head_names: list[str] = []
+
+    @torch.no_grad()
+    def step(self, net, dist, params, values, targets, first_epoch: bool) -> None:
+        grads = [p.grad.to(F64).reshape(-1) for p in net.parameters() if p.grad is not None]
+        flat = torch.cat(grads) if grads else torch.zeros(1, dtype=F64)
+        self.norms.append(flat.norm())
+        self.value_losses.append(0.5 * (values.to(F64) - targets.to(F64)).pow(2).mean())
+        self.entropies.append(-_entropy(dist, params).mean())
+        if first_epoch:
+            heads = net.heads() if hasattr(net, "heads") else {}
+            self.head_names = list(heads)
+            head_norms = [torch.stack([p.grad.to(F64).pow(2).sum() for p in ps if p.grad is not None]).sum().sqrt()
+                          if any(p.grad is not None for p in ps) else torch.zeros((), dtype=F64)
+                          for ps in heads.values()]
+            self.first.append(torch.stack([flat.abs().amax(), flat.pow(2).mean(), *head_norms]))
+
+    def disagreement(self, stats: dict, value_off: torch.Tensor, entropy_off: torch.Tensor) -> torch.Tensor:
+        """The largest relative gap of the exported step statistics to the recomputed ones; a loss term whose
+        own gradient is off its closed form (`value_off`, `entropy_off`) is that loss's fault, not judged here."""
+        if not self.norms:
+            return NAN
+        first = torch.stack(self.first)
+        exported = [stats["grad_norm"], stats["grad_absmax"], stats["grad_meansq"],
+                    *(stats[f"grad_norm_{h}"] for h in self.head_names)]
+        reference = [torch.stack(self.norms).mean(), first[:, 0].amax(), first[:, 1].mean(),
+                     *first[:, 2:].mean(0).unbind()]
+        floor = [GRADIENT_FLOOR] * len(exported)
+        gaps = list(_disagreement(exported, reference, floor).unbind())
+        value, entropy = _disagreement([stats["value_loss"], stats["entropy_loss"]],
+                                       [torch.stack(self.value_losses).mean(), torch.stack(self.entropies).mean()],
+                                       [SPREAD_FLOOR * 1e-3, FLOORS["relative_entropy"]]).unbind()
+        gaps += [torch.where(value_off, NAN, value), torch.where(entropy_off, NAN, entropy)]
+        return _largest(gaps)
