@@ -8,7 +8,7 @@ run reaches the same verdicts at the same update on a fast and a slow machine.
 - a series is the latest recorded value at or before the evaluation's update
   (a gauge keeps its last value, as an exporter's does);
 - `Delta(s, n)` is how much `s` changed over the last `n` updates, `Mean(s, n)`
-  its mean over the last `n` updates, `s.shifted(n)` its value `n` updates ago;
+  its mean over the last `n` updates, `Median(s, n)` their median, `s.shifted(n)` its value `n` updates ago;
   each is undefined until the run has that many updates behind it, except
   `Increase(counter, n)`, which counts a counter from 0 before its first record;
 - a comparison filters: it keeps the left value where it holds and is absent
@@ -150,6 +150,31 @@ class Mean(Expr):
 
     def text(self) -> str:
         return f"mean of {self.series.text()} over {_updates(self.updates)}"
+
+
+@dataclass(frozen=True, eq=False)
+class Median(Expr):
+    """A series' median over the last `updates` updates: what most of them read, which one outlier does not move
+    (a rule about every update is not fired by two spikes)."""
+
+    series: Series
+    updates: int
+
+    def value(self, lookup, u):
+        values = sorted(v for k in range(self.updates + 1) if (v := self.series.value(lookup, u - k)) is not None)
+        if not values:
+            return None
+        mid = len(values) // 2
+        return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+    def keys(self):
+        return self.series.keys()
+
+    def reach(self) -> float:
+        return self.series.reach() + self.updates
+
+    def text(self) -> str:
+        return f"median of {self.series.text()} over {_updates(self.updates)}"
 
 
 @dataclass(frozen=True, eq=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .conditions import Bin, Expr, Mean, Series
+from .conditions import Bin, Expr, Mean, Median, Series
 from .invariants import STAGES
 
 HORIZONS = ("fast", "slow")
@@ -123,7 +123,7 @@ def thresholds(rule: Rule) -> list[tuple[str, str, float]]:
         e = e.left
     if not isinstance(e, Bin) or e.op not in (">", ">=", "<", "<=") or not isinstance(e.right, Num):
         return []
-    left = e.left.series if isinstance(e.left, Mean) else e.left
+    left = e.left.series if isinstance(e.left, (Mean, Median)) else e.left
     if not isinstance(left, Series) or left.offset:
         return []
     return [(left.key, e.op, e.right.x)]

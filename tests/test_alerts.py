@@ -156,6 +156,19 @@ def test_means_use_the_last_updates():
     assert not [v for v in evaluate_rows(gaussian) if v.rule == "RLClipFractionHigh"]
 
 
+def test_policy_steps_too_large_reads_what_most_updates_do_not_a_spike_or_two():
+    # Pendulum at the classic settings: KL 1.6 and 5.9 at two updates, every other under 0.15 (a mean over 30
+    # updates read 0.21 and warned); a learning rate far too high moves most updates by more than 0.2 nats.
+    fresh = {"staleness_batches": 0.0}
+    spikes = [{"wall_seconds": float(u), "updates": u, "kl": {111: 1.6, 136: 5.9}.get(u, 0.01), **fresh}
+              for u in range(200)]
+    assert not [v for v in evaluate_rows(spikes) if v.rule == "RLPolicyStepsTooLarge"]
+    level = [{"wall_seconds": float(u), "updates": u, "kl": 0.01 if u < 40 else 0.5, **fresh} for u in range(120)]
+    (steps,) = [v for v in evaluate_rows(level) if v.rule == "RLPolicyStepsTooLarge"]
+    # The median of updates u-30..u (31 values) passes 0.2 once 16 of them read 0.5: from update 55.
+    assert steps.first_update == 55
+
+
 def test_monitor_reports_each_rule_once_as_it_fires_and_exports_its_count():
     seen, held = [], {}
     monitor = HealthMonitor(on_verdict=seen.append, on_held=held.update)
