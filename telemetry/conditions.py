@@ -132,46 +132,43 @@ class Increase(Expr):
 
 
 @dataclass(frozen=True, eq=False)
-class Mean(Expr):
-    """A series' mean over the last `updates` updates (its value at each of them, the current one included)."""
+class _Window(Expr):
+    """A series' values over the last `updates` updates, the current one included."""
 
     series: Series
     updates: int
 
-    def value(self, lookup, u):
-        values = [v for k in range(self.updates + 1) if (v := self.series.value(lookup, u - k)) is not None]
-        return sum(values) / len(values) if values else None
+    def window(self, lookup, u) -> list[float]:
+        return [v for k in range(self.updates + 1) if (v := self.series.value(lookup, u - k)) is not None]
 
     def keys(self):
         return self.series.keys()
 
     def reach(self) -> float:
         return self.series.reach() + self.updates
+
+
+class Mean(_Window):
+    """A series' mean over the last `updates` updates."""
+
+    def value(self, lookup, u):
+        values = self.window(lookup, u)
+        return sum(values) / len(values) if values else None
 
     def text(self) -> str:
         return f"mean of {self.series.text()} over {_updates(self.updates)}"
 
 
-@dataclass(frozen=True, eq=False)
-class Median(Expr):
+class Median(_Window):
     """A series' median over the last `updates` updates: what most of them read, which one outlier does not move
     (a rule about every update is not fired by two spikes)."""
 
-    series: Series
-    updates: int
-
     def value(self, lookup, u):
-        values = sorted(v for k in range(self.updates + 1) if (v := self.series.value(lookup, u - k)) is not None)
+        values = sorted(self.window(lookup, u))
         if not values:
             return None
         mid = len(values) // 2
         return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
-
-    def keys(self):
-        return self.series.keys()
-
-    def reach(self) -> float:
-        return self.series.reach() + self.updates
 
     def text(self) -> str:
         return f"median of {self.series.text()} over {_updates(self.updates)}"
