@@ -90,6 +90,9 @@ class Rollout:
     witness: tuple = ()
     """What the envs received and returned, recorded below the runner (actors.witness.WitnessRecord, one per
     runner whose envs are in the batch; empty: not witnessed)."""
+    export_gaps: tuple = ()
+    """Ray mode: each producing actor's check of its own exported gauges right after it recorded this rollout
+    (telemetry.exported.ActorWindow.gap), on the rollouts it checks (empty: none checked)."""
 
     def __post_init__(self):
         # A pipeline with bounded queues holds a bounded number of rollouts; counting the live
@@ -161,7 +164,8 @@ class Rollout:
             initial_starts=_envs_side_by_side(rollouts, "initial_starts"),
             state_age=min(r.state_age for r in rollouts),
             sequence=rollouts[0].sequence if len({r.sequence for r in rollouts}) == 1 else -1,
-            actor_counters=tuple(c for r in rollouts for c in r.actor_counters))
+            actor_counters=tuple(c for r in rollouts for c in r.actor_counters),
+            export_gaps=tuple(g for r in rollouts for g in r.export_gaps))
 
 
 def _envs_side_by_side(rollouts: list[Rollout], name: str) -> torch.Tensor | None:

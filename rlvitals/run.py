@@ -170,6 +170,7 @@ class Run:
             stats.update(self.episodes.observe(rollout))  # the episodes reported are the env's
             stats.update(self.handed.take_statistic())    # every rollout acted with the weights it was handed
             stats.update(self.steps_accounted.take_statistic())   # every env step the witness counted arrived
+            self.exports.from_actors(rollout)   # Ray: each actor's own read of its gauges
             stats.update(self.exports.take_statistic())   # the last sampled update's gauges, as a scrape read them
             stats.update(actor_cost_ratios(rollout))   # each actor phase against its reference (rlvitals/costs.py)
             if self.actor_accounts is not None:
@@ -266,6 +267,12 @@ class Run:
         return ok
 
     # ------------------------------------------------------------- what sources report
+    def rollout_recorded(self, rollout) -> None:
+        """Local mode, after this process recorded a rollout's actor metrics: on sampled updates, what a scrape reads
+        of them against the rollout (telemetry/exported.py)."""
+        sampled = is_sampled(self.tracker.updates)
+        self.exports.after_rollout(rollout, self.telemetry.exported() if sampled else None)
+
     def weights_handed_out(self) -> None:
         """The network as it is now goes to the actors (local: acts itself): remember its fingerprint.
 

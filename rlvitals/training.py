@@ -55,6 +55,7 @@ class LocalRollouts:
         with run.telemetry.phase("telemetry"):
             run.acted(requested_age, rollout)
             run.telemetry.record_rollout(rollout)  # this process is the actor too
+            run.rollout_recorded(rollout)
             run.queue(0, 1)
         return rollout
 

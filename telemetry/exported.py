@@ -1,4 +1,4 @@
-"""inv_exported_as_computed: what a scrape reads of the learner's gauges, re-derived from the values the run computed.
+"""inv_exported_as_computed: what a scrape reads of the run's gauges, re-derived from the values the run computed.
 
 An update's statistics reach Prometheus through two parts: the recorder (each catalogued gauge takes the stats
 key its `source` names, per label value) and the scrape-time collector (series -> metric families). Right after
@@ -9,14 +9,24 @@ way, filed under another label value, or missing from what a scrape returns read
 row and verdict of the run (made from the stats, not the scrape) stays right: the dashboards and alerts are
 what would be wrong.
 
-Statistic: the share of the compared series whose exported value differs from the computed one (exact), judged
-on the next update; NaN where nothing was compared (verbosity off: nothing is exported). Measured on the
-learner's sampled updates (`learner.invariants.is_sampled`): a read of every family the process exports.
+The actor's gauges are held the same way in the process that records its rollouts (the run's own in local mode,
+each Ray actor's in its process, which carries its finding on the rollout): right after a rollout was recorded,
+its network-age gauge against the age stamped on the rollout, and the episode return and length gauges against
+the min, max, mean and std of the last EPISODE_WINDOW finished episodes with a finite return, a window kept here
+apart from the recorder's.
+
+Statistic: the largest share, learner's or actor's, of the compared series whose exported value differs from
+the computed one (exact), judged on the next update; NaN where nothing was compared (verbosity off: nothing is
+exported). Measured on the learner's sampled updates (`learner.invariants.is_sampled`): a read of every family
+the process exports.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
+
+import numpy as np
 
 from .catalogue import METRICS
 from .recorder import label_sets
@@ -47,15 +57,70 @@ def export_gap(stats: dict, exported: dict[str, dict[tuple, float]] | None) -> f
     return differ / compared if compared else math.nan
 
 
+EPISODE_WINDOW = 100
+"""The episode gauges' window, as the catalogue documents them: the last 100 finished episodes."""
+EPISODE_GAUGES = ("rlvitals_actor_episode_return", "rlvitals_actor_episode_length")
+NETWORK_AGE = "rlvitals_actor_network_age"
+
+
+class ActorWindow:
+    """The actor gauges' reference: the last EPISODE_WINDOW finished episodes with a finite return, kept apart."""
+
+    def __init__(self):
+        self.returns: deque[float] = deque(maxlen=EPISODE_WINDOW)
+        self.lengths: deque[float] = deque(maxlen=EPISODE_WINDOW)
+
+    def add(self, rollout) -> None:
+        episodes = rollout.episodes
+        finite = np.isfinite(episodes.returns)   # an episode with a NaN reward has no return to show
+        self.returns.extend(episodes.returns[finite].tolist())
+        self.lengths.extend(episodes.lengths[finite].tolist())
+
+    def gap(self, rollout, exported: dict[str, dict[tuple, float]]) -> float:
+        """The share of the actor's exported gauge series that differ from the reference (NaN: none exported)."""
+        expected: dict[str, dict[tuple, float]] = {NETWORK_AGE: {(): float(rollout.policy_age)}}
+        for name, window in zip(EPISODE_GAUGES, (self.returns, self.lengths), strict=True):
+            if window:
+                arr = np.asarray(window, dtype=np.float64)
+                expected[name] = {("min",): arr.min(), ("max",): arr.max(), ("mean",): arr.mean(),
+                                  ("std",): arr.std()}
+        compared = differ = 0
+        for name, series in expected.items():
+            if name not in exported:   # not exported at this verbosity
+                continue
+            for labels, value in series.items():
+                compared += 1
+                differ += exported[name].get(labels) != float(value)
+        return differ / compared if compared else math.nan
+
+
 class ExportCheck:
     """The statistic of the latest sampled update, handed to the next update's judging."""
 
     def __init__(self):
         self.pending: float | None = None
+        self.actor_pending: float | None = None
+        self.window = ActorWindow()
 
     def after_record(self, stats: dict, exported: dict[str, dict[tuple, float]] | None) -> None:
         self.pending = export_gap(stats, exported)
 
+    def after_rollout(self, rollout, exported: dict[str, dict[tuple, float]] | None) -> None:
+        """Every rollout this process recorded; `exported`: what a scrape reads now (None: not read this time)."""
+        self.window.add(rollout)
+        if exported is not None:
+            self.actor_pending = self.window.gap(rollout, exported)
+
+    def from_actors(self, rollout) -> None:
+        """Ray mode: the actors' own checks of their exported gauges, carried on the batch's rollouts."""
+        gaps = [g for g in getattr(rollout, "export_gaps", ()) if not math.isnan(g)]
+        if gaps:
+            self.actor_pending = max(gaps)
+
     def take_statistic(self) -> dict[str, float]:
-        pending, self.pending = self.pending, None
-        return {} if pending is None else {"inv_exported_as_computed": pending}
+        measured = [x for x in (self.pending, self.actor_pending) if x is not None and not math.isnan(x)]
+        taken = self.pending is not None or self.actor_pending is not None
+        self.pending = self.actor_pending = None
+        if not taken:
+            return {}
+        return {"inv_exported_as_computed": max(measured) if measured else math.nan}

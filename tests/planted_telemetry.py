@@ -48,6 +48,34 @@ def clip_fraction_exported_one_update_late(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(Recorder, "record_learn", record_learn)
 
 
+def network_age_gauge_one_rollout_behind(mp: pytest.MonkeyPatch) -> None:
+    """The actor's network-age gauge shows the age of the rollout before (a value cached and refreshed late)."""
+    from rlvitals.telemetry.recorder import Recorder
+
+    original = Recorder._set
+    previous: dict = {}
+
+    def _set(self, name, value, labels=()):
+        if name == "rlvitals_actor_network_age":
+            value, previous["age"] = previous.get("age", value), value
+        return original(self, name, value, labels)
+
+    mp.setattr(Recorder, "_set", _set)
+
+
+def episode_gauges_over_every_episode(mp: pytest.MonkeyPatch) -> None:
+    """The recorder's episode window is unbounded: the episode gauges summarise every episode of the run, not the
+    last 100 the catalogue promises."""
+    from rlvitals.telemetry.recorder import Recorder
+
+    original = Recorder.__init__
+
+    def __init__(self, level, component="local", window=100, strict=None):
+        original(self, level, component, window=None, strict=strict)
+
+    mp.setattr(Recorder, "__init__", __init__)
+
+
 TELEMETRY_BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("kl_exported_in_bits", "telemetry", "run", kl_exported_in_bits, overrides=STANDARD,
                invariant="exported_as_computed",
@@ -55,6 +83,15 @@ TELEMETRY_BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("clip_fraction_exported_one_update_late", "telemetry", "run", clip_fraction_exported_one_update_late,
                overrides=STANDARD, env="Pendulum-v1", invariant="exported_as_computed",
                what="the clip fraction's gauge holds the previous update's value"),
+    PlantedBug("network_age_gauge_one_rollout_behind", "telemetry", "run", network_age_gauge_one_rollout_behind,
+               overrides=STANDARD, invariant="exported_as_computed",
+               what="the actor's network-age gauge holds the previous rollout's age"),
+    PlantedBug("episode_gauges_over_every_episode", "telemetry", "run", episode_gauges_over_every_episode,
+               overrides=STANDARD, invariant="exported_as_computed",
+               what="the episode return and length gauges summarise every episode of the run, not the last 100"),
+    PlantedBug("ray_network_age_gauge_one_rollout_behind", "telemetry", "run", network_age_gauge_one_rollout_behind,
+               overrides=RAY, mode="ray", in_actors=True, invariant="exported_as_computed",
+               what="as network_age_gauge_one_rollout_behind, in the Ray actors' own exporters"),
     PlantedBug("ray_kl_exported_in_bits", "telemetry", "run", kl_exported_in_bits, overrides=RAY, mode="ray",
                invariant="exported_as_computed", what="as kl_exported_in_bits, with the learner of a Ray run"),
 )

@@ -16,6 +16,8 @@ import time
 from rlvitals.actors.envs import env_seed
 from rlvitals.actors.rollout import Rollout
 from rlvitals.actors.runner import EnvStepError
+from rlvitals.learner.invariants import is_sampled
+from rlvitals.telemetry.exported import ActorWindow
 
 from ..config import TrainConfig
 from ..env_preflight import atari_options
@@ -72,6 +74,8 @@ class RolloutWorker:
         self.telemetry = start_telemetry("actor", cfg.verbosity, host=host, port=0, run_info=run_info,
                                          extra_labels=extra)
         self.accounting = ActorCounters(actor_id, os.getpid(), born)  # every second since `born` is in a phase
+        self.export_window = ActorWindow()   # the exported actor gauges' reference (telemetry/exported.py)
+        self.recorded = 0
         # Every load into the network that acts is counted where it happens, whoever calls it: the version is the
         # age the loaded state carries (its buffer; the plain int is set after the hooks run).
         self.net.register_load_state_dict_post_hook(
@@ -103,11 +107,22 @@ class RolloutWorker:
         except Exception as exc:  # produced, never delivered: counted with why
             self.accounting.dropped_one(type(exc).__name__, rollout)
             raise
+        self._check_exports(rollout)
         self.accounting.deliver(rollout)
         # The producer's own completion stamp, the last thing before the rollout goes back: the driver judges the
         # learner's waits against it, not against its own view of what is ready (readiness.py).
         self.accounting.stamp(rollout, sum(rollout.timings.get(p, 0.0) for p in WORK_PHASES))
         return rollout
+
+    def _check_exports(self, rollout: Rollout) -> None:
+        """What a scrape of this actor reads of the rollout just recorded, against the rollout (on the learner's
+        sampling schedule, counted in this actor's rollouts): the driver judges it with the learner's gauges."""
+        self.export_window.add(rollout)
+        if is_sampled(self.recorded):
+            exported = self.telemetry.exported()
+            if exported is not None:
+                rollout.export_gaps = (self.export_window.gap(rollout, exported),)
+        self.recorded += 1
 
     def counters(self) -> dict:
         """This incarnation's own accounting (rollouts produced, delivered, dropped; seconds by phase)."""
