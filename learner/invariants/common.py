@@ -80,6 +80,8 @@ class KeptSteps:
     step_of: torch.Tensor
     sizes: torch.Tensor
     log_ratio: torch.Tensor
+    params: torch.Tensor
+    """Each kept sample's policy parameters as its step saw them."""
 
     @classmethod
     def of(cls, dist, steps: list, actions: torch.Tensor, behaviour_logp: torch.Tensor) -> KeptSteps:
@@ -88,9 +90,9 @@ class KeptSteps:
         # Built on the host and sent without waiting: the device's queue is never drained here.
         host_sizes = torch.tensor([mb.numel() for mb, _, _ in steps])
         step_of = torch.repeat_interleave(torch.arange(len(steps)), host_sizes).to(positions.device, non_blocking=True)
-        log_ratio = (_log_prob(dist, torch.cat([p for _, p, _ in steps]), actions[positions])
-                     - behaviour_logp[positions].to(F64))
-        return cls(positions, step_of, host_sizes.to(positions.device, F64, non_blocking=True), log_ratio)
+        params = torch.cat([p for _, p, _ in steps])
+        log_ratio = _log_prob(dist, params, actions[positions]) - behaviour_logp[positions].to(F64)
+        return cls(positions, step_of, host_sizes.to(positions.device, F64, non_blocking=True), log_ratio, params)
 
     def per_step(self, x: torch.Tensor) -> torch.Tensor:
         """Each step's sum of `x` (one value per kept sample)."""

@@ -238,9 +238,7 @@ class LearnerInvariants:
         the KL and clip fraction's check, and its step statistics recomputed from the gradients as they are."""
         if self.sampled:
             self.steps.append((mb, mb_params.detach(), last_epoch))
-            learner = self.learner
-            self.step_statistics.step(learner.net, learner.net.dist, mb_params, mb_values,
-                                      self.handed["targets"][mb], first_epoch)
+            self.step_statistics.step(self.learner.net, mb_values, self.handed["targets"][mb], first_epoch)
 
     def report(self, b, u, after: torch.Tensor, stats: dict) -> dict[str, torch.Tensor]:
         """The update's `inv_*` statistics (0-d tensors on the device)."""
@@ -286,7 +284,8 @@ class LearnerInvariants:
                 # its closed form, is named by the value's own invariants.
                 value_off = ((self.out["inv_loss_gradient_value"] > LOSS_GRADIENT_TOLERANCE)
                              | (self.out["inv_value_loss_inputs"] > 0))   # exact copies: 0
-                gaps.append(self.step_statistics.disagreement(stats, value_off, entropy_off | self.distribution_off))
+                gaps.append(self.step_statistics.disagreement(stats, learner.net.dist, kept, value_off,
+                                                              entropy_off | self.distribution_off))
             self.out["inv_telemetry_recomputed"] = _largest(gaps)
         out, self.steps = self.out, []
         return out

@@ -166,47 +166,51 @@ def update_disagreement(dist, clip: float, kept: KeptSteps, steps: list, b, stat
 
 
 class StepStatistics:
-    """Every optimizer step's exported statistics, recomputed in float64 as the step is taken (sampled updates):
-    the gradient norm before the clip over every step, and over the first epoch its abs-max, its mean square and
-    each output head's norm, all from the parameters' own `.grad` (not the learner's flat view of them); the
-    value loss from the step's values and handed targets; the entropy term from the step's policy parameters."""
+    """Every optimizer step's exported statistics, recomputed in float64 (sampled updates): the gradient norm before
+    the clip over every step, and over the first epoch its abs-max, its mean square and each output head's norm,
+    from the parameters' own `.grad` (not the learner's flat view of them); the value loss from the steps' values
+    and the returns' targets; the entropy term from the steps' policy parameters (KeptSteps). Each step keeps its
+    gradient and values as they are; everything is computed at once in `disagreement`."""
 
     def __init__(self):
-        self.norms: list[torch.Tensor] = []
-        self.first: list[torch.Tensor] = []     # per first-epoch step: abs-max, mean square, each head's norm
-        self.value_losses: list[torch.Tensor] = []
-        self.entropies: list[torch.Tensor] = []
-        self.head_names: list[str] = []
+        self.grads: list[torch.Tensor] = []
+        self.first_epoch: list[bool] = []
+        self.value_gaps: list[torch.Tensor] = []   # per step: values - targets
+        self.heads: dict[str, torch.Tensor] = {}   # each head's positions in a step's gradient
 
     @torch.no_grad()
-    def step(self, net, dist, params, values, targets, first_epoch: bool) -> None:
-        grads = [p.grad.to(F64).reshape(-1) for p in net.parameters() if p.grad is not None]
-        flat = torch.cat(grads) if grads else torch.zeros(1, dtype=F64)
-        self.norms.append(flat.norm())
-        self.value_losses.append(0.5 * (values.to(F64) - targets.to(F64)).pow(2).mean())
-        self.entropies.append(-_entropy(dist, params).mean())
-        if first_epoch:
-            heads = net.heads() if hasattr(net, "heads") else {}
-            self.head_names = list(heads)
-            head_norms = [torch.stack([p.grad.to(F64).pow(2).sum() for p in ps if p.grad is not None]).sum().sqrt()
-                          if any(p.grad is not None for p in ps) else torch.zeros((), dtype=F64)
-                          for ps in heads.values()]
-            self.first.append(torch.stack([flat.abs().amax(), flat.pow(2).mean(), *head_norms]))
+    def step(self, net, values: torch.Tensor, targets: torch.Tensor, first_epoch: bool) -> None:
+        params = list(net.parameters())
+        if not self.heads and hasattr(net, "heads"):
+            where, start = {}, 0
+            for p in params:
+                where[id(p)] = (start, start + p.numel())
+                start += p.numel()
+            self.heads = {name: torch.cat([torch.arange(*where[id(p)]) for p in ps]).to(values.device)
+                          for name, ps in net.heads().items()}
+        self.grads.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                                     for p in params]))
+        self.first_epoch.append(first_epoch)
+        self.value_gaps.append(values.detach().to(F64) - targets.to(F64))
 
-    def disagreement(self, stats: dict, value_off: torch.Tensor, entropy_off: torch.Tensor) -> torch.Tensor:
+    def disagreement(self, stats: dict, dist, kept, value_off: torch.Tensor,
+                     entropy_off: torch.Tensor) -> torch.Tensor:
         """The largest relative gap of the exported step statistics to the recomputed ones; a loss term whose
         own gradient is off its closed form (`value_off`, `entropy_off`) is that loss's fault, not judged here."""
-        if not self.norms:
+        if not self.grads or kept is None:
             return NAN
-        first = torch.stack(self.first)
-        exported = [stats["grad_norm"], stats["grad_absmax"], stats["grad_meansq"],
-                    *(stats[f"grad_norm_{h}"] for h in self.head_names)]
-        reference = [torch.stack(self.norms).mean(), first[:, 0].amax(), first[:, 1].mean(),
-                     *first[:, 2:].mean(0).unbind()]
-        floor = [GRADIENT_FLOOR] * len(exported)
-        gaps = list(_disagreement(exported, reference, floor).unbind())
-        value, entropy = _disagreement([stats["value_loss"], stats["entropy_loss"]],
-                                       [torch.stack(self.value_losses).mean(), torch.stack(self.entropies).mean()],
+        g = torch.stack(self.grads).to(F64)                                   # [steps, parameters]
+        first = g[torch.tensor(self.first_epoch, device=g.device)]
+        exported = [stats["grad_norm"], stats["grad_absmax"], stats["grad_meansq"]]
+        reference = [g.norm(dim=1).mean(), first.abs().amax(), first.pow(2).mean()]
+        for name, at in self.heads.items():
+            exported.append(stats[f"grad_norm_{name}"])
+            reference.append(first[:, at].norm(dim=1).mean())
+        gaps = list(_disagreement(exported, reference, [GRADIENT_FLOOR] * len(exported)).unbind())
+        squared = torch.cat(self.value_gaps).pow(2)   # laid end to end as the kept steps are
+        value_loss = 0.5 * (kept.per_step(squared) / kept.sizes.clamp_min(1)).mean()
+        entropy_loss = -(kept.per_step(_entropy(dist, kept.params)) / kept.sizes.clamp_min(1)).mean()
+        value, entropy = _disagreement([stats["value_loss"], stats["entropy_loss"]], [value_loss, entropy_loss],
                                        [SPREAD_FLOOR * 1e-3, FLOORS["relative_entropy"]]).unbind()
         gaps += [torch.where(value_off, NAN, value), torch.where(entropy_off, NAN, entropy)]
         return _largest(gaps)
