@@ -212,6 +212,7 @@ class Run:
         if learn:
             with phase("telemetry"):
                 self.telemetry.record_learn(stats)  # counts a skipped update's samples as dropped itself
+                self.exports.count(stats)   # what the counters were given, for the read-back below
                 if is_sampled(self.tracker.updates):   # what a scrape reads, against what was computed
                     self.exports.after_record(stats, self.telemetry.exported())
             with phase("bookkeeping"):

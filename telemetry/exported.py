@@ -13,7 +13,9 @@ The actor's gauges are held the same way in the process that records its rollout
 each Ray actor's in its process, which carries its finding on the rollout): right after a rollout was recorded,
 its network-age gauge against the age stamped on the rollout, and the episode return and length gauges against
 the min, max, mean and std of the last EPISODE_WINDOW finished episodes with a finite return, a window kept here
-apart from the recorder's.
+apart from the recorder's. Counters are held by what was added to them (CounterLedger): between two reads, each
+label-free learner counter rises by the sum of the update statistics it was given, and the actor's env-step and
+episode counters by the rollouts' env steps and finished episodes.
 
 Statistic: the largest share, learner's or actor's, of the compared series whose exported value differs from
 the computed one (exact), judged on the next update; NaN where nothing was compared (verbosity off: nothing is
@@ -43,6 +45,12 @@ def export_gap(stats: dict, exported: dict[str, dict[tuple, float]] | None) -> f
     exports (an enabled family with no series is an empty dict); None: nothing is exported."""
     if exported is None:
         return math.nan
+    compared, differ = gauge_differences(stats, exported)
+    return differ / compared if compared else math.nan
+
+
+def gauge_differences(stats: dict, exported: dict[str, dict[tuple, float]]) -> tuple[int, int]:
+    """(learner gauge series compared, series that differ)."""
     compared = differ = 0
     for name, pairs in LEARNER_GAUGES:
         series = exported.get(name)
@@ -54,7 +62,39 @@ def export_gap(stats: dict, exported: dict[str, dict[tuple, float]] | None) -> f
                 continue   # NaN leaves a gauge at its last value; nothing to compare
             compared += 1
             differ += series.get(labels) != float(value)
-    return differ / compared if compared else math.nan
+    return compared, differ
+
+
+LEARNER_COUNTERS = tuple((m.name, m.source) for m in METRICS
+                         if m.component == "learner" and m.kind == "counter" and m.source and not m.labels)
+"""(metric name, stats key) of every label-free learner counter the recorder adds an update's statistic to."""
+ACTOR_COUNTERS = ("rlvitals_actor_env_steps_total", "rlvitals_actor_episodes_total")
+
+
+class CounterLedger:
+    """Counters a scrape reads against what the run added to them: between two reads, each counter rises by the sum
+    of the amounts computed for it in between (the first read only sets the base; a resumed run's counters go on
+    from their saved values, which the base absorbs). The amounts are whole counts: compared exactly."""
+
+    def __init__(self, names):
+        self.names = tuple(names)
+        self.added = dict.fromkeys(self.names, 0.0)
+        self.base: dict[str, float] | None = None
+
+    def add(self, name: str, amount: float) -> None:
+        self.added[name] += amount
+
+    def read(self, exported: dict[str, dict[tuple, float]]) -> tuple[int, int]:
+        """(series compared, series that differ) since the previous read; the current values become the base."""
+        now = {n: exported[n].get(()) for n in self.names if n in exported}
+        compared = differ = 0
+        for name, value in now.items() if self.base is not None else ():
+            before = self.base.get(name)
+            if before is not None or value is not None:
+                compared += 1
+                differ += value is None or before is None or value - before != self.added[name]
+        self.base, self.added = now, dict.fromkeys(self.names, 0.0)
+        return compared, differ
 
 
 EPISODE_WINDOW = 100
@@ -69,22 +109,27 @@ class ActorWindow:
     def __init__(self):
         self.returns: deque[float] = deque(maxlen=EPISODE_WINDOW)
         self.lengths: deque[float] = deque(maxlen=EPISODE_WINDOW)
+        self.counters = CounterLedger(ACTOR_COUNTERS)
 
     def add(self, rollout) -> None:
         episodes = rollout.episodes
         finite = np.isfinite(episodes.returns)   # an episode with a NaN reward has no return to show
         self.returns.extend(episodes.returns[finite].tolist())
         self.lengths.extend(episodes.lengths[finite].tolist())
+        steps, ended = ACTOR_COUNTERS
+        self.counters.add(steps, float(rollout.env_steps))
+        self.counters.add(ended, float(len(episodes.returns)))
 
     def gap(self, rollout, exported: dict[str, dict[tuple, float]]) -> float:
-        """The share of the actor's exported gauge series that differ from the reference (NaN: none exported)."""
+        """The share of the actor's exported gauge and counter series that differ from the reference (NaN: none
+        exported)."""
         expected: dict[str, dict[tuple, float]] = {NETWORK_AGE: {(): float(rollout.policy_age)}}
         for name, window in zip(EPISODE_GAUGES, (self.returns, self.lengths), strict=True):
             if window:
                 arr = np.asarray(window, dtype=np.float64)
                 expected[name] = {("min",): arr.min(), ("max",): arr.max(), ("mean",): arr.mean(),
                                   ("std",): arr.std()}
-        compared = differ = 0
+        compared, differ = self.counters.read(exported)
         for name, series in expected.items():
             if name not in exported:   # not exported at this verbosity
                 continue
@@ -101,9 +146,22 @@ class ExportCheck:
         self.pending: float | None = None
         self.actor_pending: float | None = None
         self.window = ActorWindow()
+        self.counters = CounterLedger(name for name, _ in LEARNER_COUNTERS)
+
+    def count(self, stats: dict) -> None:
+        """Every update the recorder took: the amounts its learner counters were given."""
+        for name, key in LEARNER_COUNTERS:
+            if key in stats:
+                self.counters.add(name, stats[key])
 
     def after_record(self, stats: dict, exported: dict[str, dict[tuple, float]] | None) -> None:
-        self.pending = export_gap(stats, exported)
+        if exported is None:
+            self.pending = math.nan
+            return
+        gauges, gauges_differ = gauge_differences(stats, exported)
+        counters, counters_differ = self.counters.read(exported)
+        compared = gauges + counters
+        self.pending = (gauges_differ + counters_differ) / compared if compared else math.nan
 
     def after_rollout(self, rollout, exported: dict[str, dict[tuple, float]] | None) -> None:
         """Every rollout this process recorded; `exported`: what a scrape reads now (None: not read this time)."""

@@ -60,7 +60,7 @@ class Telemetry(Protocol):
         """Context manager adding the seconds spent inside it to the learner's phase `name`."""
 
     def exported(self) -> dict[str, dict[tuple, float]] | None:
-        """What a scrape reads of the learner's gauges (telemetry/exported.py); None where nothing is exported."""
+        """What a scrape reads of the gauges and counters (telemetry/exported.py); None where nothing is exported."""
 
     def state(self) -> dict:
         """Plain data for a checkpoint: counters go on from it after a resume."""
@@ -194,18 +194,21 @@ class RecorderTelemetry:
         return _Phase(self._recorder, name)
 
     def exported(self) -> dict[str, dict[tuple, float]]:
-        """What a scrape reads of the catalogue's series: metric name -> {label values: value}, through the same
-        collector the endpoint serves (every family this process exports; one with no series is empty)."""
+        """What a scrape reads of the catalogue's gauges and counters: metric name -> {label values: value}, through
+        the same collector the endpoint serves (every family this process exports; one with no series is empty)."""
         from .catalogue import BY_NAME
         from .collectors import CatalogueCollector
 
         out: dict[str, dict[tuple, float]] = {}
         for family in CatalogueCollector(self._recorder).collect():
-            metric = BY_NAME.get(family.name)   # gauges keep their catalogue name (counters drop _total)
-            if metric is None or metric.kind != "gauge":
+            # Gauges keep their catalogue name; counters' families drop the _total their samples carry.
+            metric = BY_NAME.get(family.name) or BY_NAME.get(family.name + "_total")
+            if metric is None or metric.kind not in ("gauge", "counter"):
                 continue
             series = out.setdefault(metric.name, {})
             for sample in family.samples:
+                if metric.kind == "counter" and sample.name != metric.name:
+                    continue   # a counter's _created sample
                 series[tuple(sample.labels.get(label) for label in metric.labels)] = sample.value
         return out
 

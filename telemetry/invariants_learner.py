@@ -265,14 +265,18 @@ LEARNER_INVARIANTS: tuple[Invariant, ...] = (
         "Right after the metrics took an update's statistics, a learner gauge read back as Prometheus scrapes "
         "it differs from the value it was set from, or, right after a rollout was recorded, an actor gauge "
         "(network age, the episode return and length statistics) differs from the rollout's stamp or the last "
-        "100 episodes: the exporter files a value under another metric or label, scales, converts, caches or "
+        "100 episodes, or a counter rose by another amount than the run counted: the exporter files a value "
+        "under another metric or label, scales, converts, caches or "
         "drops it. Rows, verdicts and the learning are right; the dashboards and alerts show something else.",
         "On sampled updates, every learner gauge fed from an update's statistic (the catalogue's `source`) is "
         "read through the same collector the /metrics endpoint serves and compared with the statistic; in the "
         "process that records rollouts (local mode), the actor's network-age gauge with the rollout's stamped "
         "age and its episode gauges with the min, max, mean and std of the last 100 finished episodes, a "
-        "window the check keeps itself. A float set and read back is the same float, so the comparison is "
-        "exact. Statistic: the larger share, learner's or actor's, of the compared series that differ, judged "
+        "window the check keeps itself; and between two reads, each learner counter (optimizer steps, updates, "
+        "samples consumed and learned) and actor counter (env steps, episodes) rises by the sum of what the "
+        "run computed for it in between. A float set and read back is the same float, and counts are whole, "
+        "so the comparison is exact. Statistic: the larger share, learner's or actor's, of the compared "
+        "series that differ, judged "
         "on the next update; NaN at verbosity off (nothing exported) or where no "
         "statistic was finite (telemetry/exported.py)."),
 )

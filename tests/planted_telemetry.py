@@ -76,6 +76,34 @@ def episode_gauges_over_every_episode(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(Recorder, "__init__", __init__)
 
 
+def consumed_counter_counts_every_epoch(mp: pytest.MonkeyPatch) -> None:
+    """The samples-consumed counter is given the sample-gradient passes (samples x epochs), not the samples."""
+    from rlvitals.telemetry.recorder import Recorder
+
+    original = Recorder.record_learn
+
+    def record_learn(self, stats):
+        if "samples" in stats and "samples_learned" in stats:
+            stats = {**stats, "samples": stats["samples_learned"]}
+        return original(self, stats)
+
+    mp.setattr(Recorder, "record_learn", record_learn)
+
+
+def env_steps_counter_counts_reset_transitions(mp: pytest.MonkeyPatch) -> None:
+    """The actor's env-step counter also counts the NEXT_STEP reset transitions, which are no env steps."""
+    from rlvitals.telemetry.recorder import Recorder
+
+    original = Recorder.record_rollout
+
+    def record_rollout(self, rollout):
+        original(self, rollout)
+        with self.lock:
+            self._inc("rlvitals_actor_env_steps_total", rollout.num_steps * rollout.num_envs - rollout.env_steps)
+
+    mp.setattr(Recorder, "record_rollout", record_rollout)
+
+
 TELEMETRY_BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("kl_exported_in_bits", "telemetry", "run", kl_exported_in_bits, overrides=STANDARD,
                invariant="exported_as_computed",
@@ -92,6 +120,13 @@ TELEMETRY_BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("ray_network_age_gauge_one_rollout_behind", "telemetry", "run", network_age_gauge_one_rollout_behind,
                overrides=RAY, mode="ray", in_actors=True, invariant="exported_as_computed",
                what="as network_age_gauge_one_rollout_behind, in the Ray actors' own exporters"),
+    PlantedBug("consumed_counter_counts_every_epoch", "telemetry", "run", consumed_counter_counts_every_epoch,
+               overrides=STANDARD, env="Pendulum-v1", invariant="exported_as_computed",
+               what="the samples-consumed counter given samples x epochs"),
+    PlantedBug("ray_env_steps_counter_counts_reset_transitions", "telemetry", "run",
+               env_steps_counter_counts_reset_transitions, overrides=RAY, mode="ray", in_actors=True,
+               invariant="exported_as_computed",
+               what="the Ray actors' env-step counters also count the reset transitions"),
     PlantedBug("ray_kl_exported_in_bits", "telemetry", "run", kl_exported_in_bits, overrides=RAY, mode="ray",
                invariant="exported_as_computed", what="as kl_exported_in_bits, with the learner of a Ray run"),
 )

@@ -64,11 +64,29 @@ def test_the_actor_gauges_are_read_back_against_the_rollouts_and_a_window_of_the
         assert check.take_statistic() == {"inv_exported_as_computed": 0.0}
     exported = telemetry.exported()
     assert set(exported["rlvitals_actor_episode_return"]) == {("min",), ("max",), ("mean",), ("std",)}
-    exported["rlvitals_actor_network_age"] = {(): float(rollout.policy_age) + 1}   # one of nine series differs
-    assert check.window.gap(rollout, exported) == pytest.approx(1 / 9)
+    exported["rlvitals_actor_network_age"] = {(): float(rollout.policy_age) + 1}   # one of 9 gauges, 2 counters
+    assert check.window.gap(rollout, exported) == pytest.approx(1 / 11)
     check.after_rollout(rollout, None)   # not read this time: the window still takes the rollout
     assert check.take_statistic() == {}
     runner.close()
+
+
+def test_counters_rise_between_reads_by_what_the_run_gave_them():
+    telemetry = RecorderTelemetry(Recorder("standard", "local"))
+    check = ExportCheck()
+    update = {"learner_steps": 16.0, "updates": 1.0, "samples": 1024.0, "samples_learned": 4096.0}
+    for reads in range(3):
+        for _ in range(4):   # updates between two reads
+            telemetry.record_learn(update)
+            check.count(update)
+        check.after_record(update, telemetry.exported())
+        # The first read sets the counters' base: only the gauges are compared (none here: NaN).
+        expected = math.nan if reads == 0 else 0.0
+        assert math.isnan(check.pending) if reads == 0 else check.pending == expected
+    telemetry.record_learn(update)
+    check.count({**update, "samples": 1000.0})   # the counter was given 24 more than the run computed
+    check.after_record(update, telemetry.exported())
+    assert check.pending == pytest.approx(1 / 4)   # one of the four learner counters differs
 
 
 @pytest.mark.parametrize("bug", TELEMETRY_BUGS, ids=lambda b: b.name)
