@@ -7,6 +7,19 @@ from __future__ import annotations
 from .invariant_model import Invariant
 
 LEARNER_INVARIANTS: tuple[Invariant, ...] = (
+    # ----------------------------------------------------------------- the network's age, which stamps every sample
+    Invariant(
+        "network_age_counted", "pipeline", "learner", 0.0, 1,
+        "The learner's network age or a batch's staleness is not what its optimizer steps say",
+        "The network's age (the version every published weight and every sample is stamped with) rose over "
+        "an update by another number than the optimizer's own step counters did, or a batch's staleness is not "
+        "the age at its arrival less the age stamped on it: ages are counted per update instead of per step, "
+        "twice, or from the wrong rollout, so staleness, the weights' versions and every rule gated on fresh "
+        "samples read wrong.",
+        "Every update, in whole numbers: |(age after - age before) - the rise of Adam's per-parameter step "
+        "counters over the update| (NaN for an optimizer that keeps none, or on an update whose optimizer state "
+        "was restarted after a non-finite batch) and |staleness - (age at arrival - the rollout's stamped "
+        "age)|, the larger. A correct learner counts one age per optimizer step: 0."),
     # ----------------------------------------------------------------- dataflow (returns, policy, value)
     Invariant(
         "returns_recomputed", "dataflow", "returns", 1e-3, 2,

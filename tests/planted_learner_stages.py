@@ -198,6 +198,25 @@ def adam_second_moment_frozen(mp):
     mp.setattr(torch.optim.Adam, "step", step)
 
 
+# ---------------------------------------------------------------- the network's age
+
+
+def network_age_counted_per_update(mp):
+    """The network's age rises by one per update, not one per optimizer step: every sample's stamp, the weights'
+    versions and the staleness are counted in the wrong unit."""
+    from rlvitals.learner.ppo import PPOLearner
+
+    original = PPOLearner._update
+
+    def _update(self, b):
+        age = self.net.age
+        out = original(self, b)
+        self.net.age = age + 1
+        return out
+
+    mp.setattr(PPOLearner, "_update", _update)
+
+
 LEARNER_STAGE_BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("gaussian_log_prob_without_the_normaliser", "policy", "run", gaussian_log_prob_without_the_normaliser,
                env=PENDULUM, invariant="distribution_as_defined",
@@ -245,4 +264,10 @@ LEARNER_STAGE_BUGS: tuple[PlantedBug, ...] = (
                invariant="optimizer_step_as_configured", what="Adam's second moment never updated after it is made"),
     PlantedBug("ray_adam_with_other_betas", "optimizer", "run", adam_with_other_betas, overrides=RAY, mode="ray",
                invariant="optimizer_step_as_configured", what="Ray mode: the learner's Adam with betas (0.5, 0.9)"),
+    PlantedBug("network_age_counted_per_update", "learner", "run", network_age_counted_per_update,
+               env=PENDULUM, invariant="network_age_counted",
+               what="the network's age rises by one per update instead of one per optimizer step"),
+    PlantedBug("ray_network_age_counted_per_update", "learner", "run", network_age_counted_per_update,
+               overrides=RAY, mode="ray", invariant="network_age_counted",
+               what="as network_age_counted_per_update, in Ray mode (the stamps the actors' weights carry)"),
 )

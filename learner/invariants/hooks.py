@@ -14,6 +14,7 @@ from .distribution import DISTRIBUTION_TOLERANCE, distribution_error
 from .optimisation import (
     _norm,
     _norms,
+    age_rise_gap,
     clip_error,
     optimizer_coverage,
     optimizer_state_gap,
@@ -34,7 +35,7 @@ KEYS = ("inv_sampling_logp", "inv_sampling_frequency", "inv_behaviour_record", "
         "inv_distribution_as_defined", "inv_value_loss_inputs", "inv_policy_loss_inputs",
         "inv_optimizer_step_as_configured", "inv_value_head_affine", "inv_observation_statistics_recomputed",
         "inv_reward_scaling_recomputed", "inv_running_returns_recomputed", "inv_policy_loss_as_configured",
-        *RECURRENT_KEYS)
+        "inv_network_age_counted", *RECURRENT_KEYS)
 
 
 DECLARED = ("gamma", "gae_lambda", "vtrace_rho_clip", "vtrace_c_clip", "clip_coef", "value_coef", "entropy_coef",
@@ -87,6 +88,9 @@ class LearnerInvariants:
         self.initial_entropy: torch.Tensor | None = None
         """The initial policy's mean entropy per action dimension, recomputed here from the run's first batch (a
         resumed run: the learner's restored value, taken once), which entropy_change is held to."""
+        self.age_before = 0
+        self.staleness_gap = 0
+        """The network's age when the batch arrived, and |staleness - (that age - the batch's stamp)|."""
         self.count = 0
         """The batch's valid samples (minibatch_coverage counts each one's steps from `steps`)."""
         self.recurrent = RecurrentStateChecks()
@@ -103,9 +107,12 @@ class LearnerInvariants:
         self.adam = AdamReference(self.settings.adam_betas, self.settings.adam_eps)
 
     def stamp(self, rollout, staleness: int) -> None:
-        """Before arrival: who produced the batch and with which weights (the recurrent state's checks)."""
+        """Before arrival: who produced the batch and with which weights (the recurrent state's checks), the
+        network's age now and the batch's staleness against it (network_age_counted)."""
         self.rollout = ({"actor_id": rollout.actor_id, "sequence": rollout.sequence,
                          "policy_age": rollout.policy_age, "state_age": rollout.state_age}, staleness)
+        self.age_before = int(self.learner.net.age)
+        self.staleness_gap = abs(int(staleness) - (self.age_before - int(rollout.policy_age)))
 
     def before_scaling(self, tensors: dict) -> None:
         """The batch on the device, before its rewards are scaled (with reward normalisation on)."""
@@ -247,6 +254,9 @@ class LearnerInvariants:
         self.out["inv_behaviour_record"] = stats["record_discrepancy"]
         gap = optimizer_state_gap(learner.optimizer, self.optimizer_steps_before, u.steps)
         self.out["inv_optimizer_state_kept"] = torch.full((), gap, dtype=F64, device=learner.device)
+        age_gap = max(age_rise_gap(learner.optimizer, self.optimizer_steps_before,
+                                   int(learner.net.age) - self.age_before), self.staleness_gap)
+        self.out["inv_network_age_counted"] = torch.full((), age_gap, dtype=F64, device=learner.device)
         kept = KeptSteps.of(learner.net.dist, self.steps, b.mb_actions, self.behaviour_logp) if self.steps else None
         if kept is not None and self.count:
             # Each epoch is one pass over the batch: every valid sample in exactly update_epochs minibatch steps.

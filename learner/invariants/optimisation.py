@@ -135,6 +135,19 @@ def optimizer_steps(optimizer) -> dict[int, float]:
     return out
 
 
+def age_rise_gap(optimizer, before: dict[int, float] | None, age_rise: int) -> float:
+    """|age_rise - the rise of the optimizer's step counters| over an update, from the stepped parameters' counters;
+    NaN when the optimizer keeps none, when nothing was stepped, or when a counter fell (the state restarted)."""
+    if before is None:
+        return float("nan")
+    after = optimizer_steps(optimizer)
+    rises = {after[key] - before.get(key, 0.0) for group in optimizer.param_groups for p in group["params"]
+             if p.grad is not None and (key := id(p)) in after and "step" in optimizer.state.get(p, {})}
+    if not rises or min(rises) < 0:
+        return float("nan")
+    return float(max(abs(age_rise - rise) for rise in rises))
+
+
 def optimizer_state_gap(optimizer, before: dict[int, float] | None, steps: int) -> float:
     """inv_optimizer_state_kept: the share of parameters with a gradient whose optimizer step count did not
     advance by exactly the update's `steps`; NaN when the optimizer keeps no step count (plain SGD) or nothing
