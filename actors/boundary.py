@@ -72,6 +72,14 @@ inv_env_time_limit
     probes on both sides of each sub-env's TimeLimit (actors/time_limit.py
     has the derivation); NaN when no decision was seen.
 
+inv_observations_changed_before_acting
+    inv_observations_transformed's gap where the actor acted on the observations it stored: on a batch of
+    staleness 0 the learner reproduces the actor's log-probabilities at the stored observations (a
+    discrepancy of at most ACTED_ON_STORED; exactly 0 on a CPU learner), so the change was made where the actor
+    reads the env's output, before acting and storing (the actor's), not between the actor and the learner
+    (preprocessing, where the learner's log-probabilities at the changed observations differ from the actor's).
+    `split_observation_change` moves the gap there; NaN where it cannot tell (no staleness-0 comparison).
+
 inv_env_reset_restores
     Sampled episodes of the run's sub-envs whose replay on a fresh instance (the same generator state at the
     autoreset, the same actions) returned other transitions: the env carries state across its reset
@@ -84,10 +92,14 @@ from __future__ import annotations
 import numpy as np
 
 TINY = 1e-30
+ACTED_ON_STORED = 1e-5
+"""Nats: the learner's log-probabilities at the stored observations reproduce the actor's (same weights, same
+inputs: 0 on a CPU learner, float32 rounding across devices), so the actor acted on what it stored."""
 
 
 STATISTICS = ("inv_boundary_actions", "inv_boundary_rewards", "inv_boundary_episode_ends", "inv_boundary_observations",
-              "inv_observations_transformed", "inv_boundary_resets", "inv_boundary_step_count",
+              "inv_observations_transformed", "inv_observations_changed_before_acting", "inv_boundary_resets",
+              "inv_boundary_step_count",
               "inv_observation_space", "inv_env_time_limit")
 
 
@@ -186,3 +198,15 @@ def boundary_statistics(rollout) -> dict[str, float]:
         "inv_env_time_limit": float(limit_wrong) if limit_decisions else nan,
         "inv_env_reset_restores": float(replays_differ) if replays else nan,
     }
+
+
+def split_observation_change(transformed: float, consistency: float) -> dict[str, float]:
+    """Where an observation change between the env and the rollout was made, from the actor-learner consistency at
+    staleness 0 (`consistency`: the learner's largest |log pi - log mu| at the stored observations, NaN when the
+    batch is stale): made before acting (the actor's) when the actor acted on what it stored, else between the
+    actor and the learner (preprocessing). NaN transformed: nothing was compared."""
+    if transformed != transformed:
+        return {}
+    if consistency == consistency and consistency <= ACTED_ON_STORED:
+        return {"inv_observations_changed_before_acting": transformed, "inv_observations_transformed": 0.0}
+    return {"inv_observations_changed_before_acting": float("nan")}

@@ -97,12 +97,25 @@ ACTOR_INVARIANTS: tuple[Invariant, ...] = (
         "observations_transformed", "boundary", "preprocessing", 1e-6, 2,
         "Observations reach the learner transformed",
         "The observation the rollout holds for a step is neither the one the env emitted there nor the one of a "
-        "neighbouring step: it was changed between the env and the learner (a scaling, normalisation or dtype "
-        "applied on one side only). Apply the same preprocessing where the actor acts and where the learner "
-        "learns, or neither.",
+        "neighbouring step, and the actor did not act on it: it was changed between the actor and the learner "
+        "(a scaling, normalisation or dtype applied on one side only). Apply the same preprocessing where the "
+        "actor acts and where the learner learns, or neither. (Changed before the actor acted: "
+        "observations_changed_before_acting.)",
         "The witness keeps the env's own observation at sampled positions; a correct pipeline stores it "
         "unchanged (float32 rounding compared exactly, so a healthy run reads 0). A stored value found at the "
         "neighbouring step instead is a pairing fault and counts under boundary_observations."),
+    Invariant(
+        "observations_changed_before_acting", "boundary", "actor", 1e-6, 2,
+        "The actor changes the env's observations before acting on them",
+        "The observation the rollout holds for a step is not the one the env emitted there, and the actor acted "
+        "on the changed one (the learner reproduces its log-probabilities there exactly): the actor altered "
+        "what the env returned before using and storing it (a lossy dtype, a clip, a scale no preprocessing "
+        "declares). Policy and learner agree with each other on the wrong input.",
+        "The witness keeps the env's own observation at sampled positions; where it differs from the stored one, "
+        "a batch of staleness 0 tells where the change was made: the learner's log-probabilities at the stored "
+        "observations equal the actor's (at most 1e-5 nats apart; 0 on a CPU learner) only if the actor acted "
+        "on them. Then the gap counts here, else under observations_transformed; NaN when the batch is stale. "
+        "Exact comparisons: a healthy run reads 0."),
     Invariant(
         "boundary_resets", "boundary", "actor", 0.0, 2,
         "Transitions the env did not produce are learned from",

@@ -100,6 +100,20 @@ RAY = {"mode": "ray", "num_actors": 2, "torch_threads": 1}
 """Ray mode with two actors (as planted_bugs.RAY; not imported from there, which imports this module)."""
 
 
+def runner_reads_observations_at_half_precision(mp):
+    """The runner rounds each observation the env returns to float16 before acting on it and storing it: actor and
+    learner agree with each other, both on an observation the env never emitted."""
+    from rlvitals.actors.runner import EnvRunner
+
+    original = EnvRunner._as_obs
+
+    def _as_obs(self, obs):
+        out = original(self, obs)
+        return out.astype("float16").astype(out.dtype) if out.dtype.kind == "f" else out
+
+    mp.setattr(EnvRunner, "_as_obs", _as_obs)
+
+
 ENV_STAGE_BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("reward_transform_wrapped_over_the_env", "actor", "run", reward_transform_wrapped_over_the_env,
                invariant="boundary_rewards",
@@ -130,4 +144,8 @@ ENV_STAGE_BUGS: tuple[PlantedBug, ...] = (
                mode="ray", in_actors=True, one_actor=True, invariant="env_steps_accounted",
                what="one Ray actor of four collects a rollout and loses it before every second one it delivers, "
                     "its counters none the wiser"),
+    PlantedBug("runner_reads_observations_at_half_precision", "actor", "run",
+               runner_reads_observations_at_half_precision, env="Pendulum-v1",
+               invariant="observations_changed_before_acting",
+               what="the runner rounds the env's observations to float16 before acting on and storing them"),
 )

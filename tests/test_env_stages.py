@@ -21,7 +21,7 @@ from diagnose import LOUD, diagnose
 from planted_bugs import BY_BUG
 
 from rlvitals.actors.agents import RandomAgent
-from rlvitals.actors.boundary import boundary_statistics
+from rlvitals.actors.boundary import boundary_statistics, split_observation_change
 from rlvitals.actors.envs import find_witness, make_vector_env
 from rlvitals.actors.runner import EnvRunner
 from rlvitals.actors.witness import Witness
@@ -163,12 +163,30 @@ def test_the_replay_changes_nothing_the_run_collects_nor_the_global_generators(m
         assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
 
 
+def test_an_observation_change_is_the_actors_when_it_acted_on_the_changed_observation():
+    # At staleness 0 the learner reproduces the actor's log-probabilities at the stored observations exactly when
+    # the actor acted on them: the change was made before acting.
+    assert split_observation_change(0.25, 0.0) == {"inv_observations_changed_before_acting": 0.25,
+                                                   "inv_observations_transformed": 0.0}
+    after_acting = split_observation_change(0.25, 0.3)   # the learner sees something the actor did not act on
+    assert math.isnan(after_acting["inv_observations_changed_before_acting"]) and len(after_acting) == 1
+    assert math.isnan(split_observation_change(0.25, math.nan)["inv_observations_changed_before_acting"])   # stale
+    assert split_observation_change(math.nan, 0.0) == {}   # nothing compared
+
+
+def test_an_observation_changed_after_the_actor_acted_is_still_named_preprocessing(tmp_path):
+    found = diagnose(tmp_path / "run", bug=BY_BUG["preprocessing_learner_only"], budget_s=HUNG_S)
+    assert found.first is not None and (found.first.rule, found.first.component) == (
+        BY_NAME["observations_transformed"].rule_name, "preprocessing"), found.verdicts
+
+
 # ---------------------------------------------------------------- planted faults, named
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["reward_transform_wrapped_over_the_env", "time_limit_counter_not_reset",
                                   "own_time_limit_counter_not_reset", "orchard_fruit_not_restored",
                                   "runner_discards_every_other_rollout",
-                                  "ray_one_actor_of_four_discards_every_other_rollout"])
+                                  "ray_one_actor_of_four_discards_every_other_rollout",
+                                  "runner_reads_observations_at_half_precision"])
 def test_planted_env_stage_fault_is_named_on_its_component_first(name, tmp_path):
     bug = BY_BUG[name]
     found = diagnose(tmp_path / name, bug=bug, budget_s=HUNG_S)

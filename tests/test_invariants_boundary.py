@@ -152,10 +152,12 @@ def test_a_transform_inside_the_runner_is_seen_by_the_witness_below_it(tmp_path,
     monkeypatch.setattr(EnvRunner, "_as_obs", scaled)
     _, run_dir = train_in(config(tmp_path / "run", env_kwargs={"max_episode_steps": 12}), ["test"])
     rows = rows_of(run_dir)
-    # Changed, and found at no neighbouring step either: a transform (preprocessing), not a pairing fault.
-    assert min(statistics(rows)["inv_observations_transformed"]) == pytest.approx(0.5)   # |x/2 - x| / |x|
+    # Changed, and found at no neighbouring step either: a transform, not a pairing fault; made before the actor
+    # acted on it (the learner reproduces the actor's log-probabilities there), so the actor's, not preprocessing.
+    assert min(statistics(rows)["inv_observations_changed_before_acting"]) == pytest.approx(0.5)   # |x/2 - x| / |x|
+    assert max(statistics(rows)["inv_observations_transformed"]) == 0
     assert max(statistics(rows)["inv_boundary_observations"]) == 0
-    assert broken(rows) == {"observations_transformed"}
+    assert broken(rows) == {"observations_changed_before_acting"}
 
 
 class OffsetCartPole(gym.ObservationWrapper):
