@@ -173,6 +173,7 @@ class PPOLearner:
         laps = PhaseLaps(self.device if self.sync_phases else None)
         tensors, index = self._transfer(rollout)
         laps.lap("transfer")
+        self.invariants.received(rollout, tensors, index)
         self.invariants.stamp(rollout, staleness)
         self.invariants.before_scaling(tensors)
         self.normalization.scale_rewards(tensors)

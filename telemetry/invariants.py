@@ -61,6 +61,7 @@ STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("boundary_observations", "boundary_actions", "boundary_rewards", "boundary_episode_ends", "boundary_resets",
       "boundary_step_count", "acted_on_stored_observation", "observations_changed_before_acting",
       "running_returns_recomputed")),
+    ("transfer", "the learner's copy of the batch, against the rollout as it arrived", ("received_as_sent",)),
     ("state", "a recurrent actor's state: stored, carried and reset as its episodes say",
      ("initial_state_as_stored", "state_reset_at_episode_starts")),
     ("replay", "the learner's replay of each env's sequence, from the stored state", ("sequence_replay_recomputed",)),

@@ -7,6 +7,17 @@ from __future__ import annotations
 from .invariant_model import Invariant
 
 LEARNER_INVARIANTS: tuple[Invariant, ...] = (
+    # ----------------------------------------------------------------- what the learner received
+    Invariant(
+        "received_as_sent", "pipeline", "learner", 0.0, 1,
+        "The learner's copy of a batch differs from the rollout it received",
+        "A tensor the learner moved to its device (observations, actions, rewards, episode ends, validity, the "
+        "behaviour record) or the positions of the valid samples is not what the rollout holds: the transfer "
+        "rounds, casts, reorders or drops part of the batch, and every later stage learns from data no actor "
+        "produced while the actors' own records stay right.",
+        "On sampled updates, right after the transfer, each transferred tensor is compared with the rollout's "
+        "own, element by element on the learner's device (NaN equal to NaN), and the valid positions with the "
+        "rollout's valid mask. A copy is the same values: a correct learner reads 0."),
     # ----------------------------------------------------------------- the network's age, which stamps every sample
     Invariant(
         "network_age_counted", "pipeline", "learner", 0.0, 1,

@@ -198,6 +198,23 @@ def adam_second_moment_frozen(mp):
     mp.setattr(torch.optim.Adam, "step", step)
 
 
+# ---------------------------------------------------------------- what the learner received
+
+
+def batch_received_at_half_precision(mp):
+    """The learner's transfer rounds every float [T, N] tensor to float16 and back: rewards and the behaviour
+    log-probabilities it learns from are not the ones the actors recorded."""
+    from rlvitals.learner import ppo
+
+    original = ppo.to_device
+
+    def to_device(x, dev):
+        out = original(x, dev)
+        return out.half().to(out.dtype) if out.dtype == torch.float32 and out.dim() == 2 else out
+
+    mp.setattr(ppo, "to_device", to_device)
+
+
 # ---------------------------------------------------------------- the network's age
 
 
@@ -264,6 +281,12 @@ LEARNER_STAGE_BUGS: tuple[PlantedBug, ...] = (
                invariant="optimizer_step_as_configured", what="Adam's second moment never updated after it is made"),
     PlantedBug("ray_adam_with_other_betas", "optimizer", "run", adam_with_other_betas, overrides=RAY, mode="ray",
                invariant="optimizer_step_as_configured", what="Ray mode: the learner's Adam with betas (0.5, 0.9)"),
+    PlantedBug("batch_received_at_half_precision", "learner", "run", batch_received_at_half_precision,
+               env=PENDULUM, invariant="received_as_sent",
+               what="the learner's transfer rounds the batch's float tensors to float16 (the actors' records right)"),
+    PlantedBug("ray_batch_received_at_half_precision", "learner", "run", batch_received_at_half_precision,
+               overrides=RAY, mode="ray", invariant="received_as_sent",
+               what="as batch_received_at_half_precision, in Ray mode"),
     PlantedBug("network_age_counted_per_update", "learner", "run", network_age_counted_per_update,
                env=PENDULUM, invariant="network_age_counted",
                what="the network's age rises by one per update instead of one per optimizer step"),

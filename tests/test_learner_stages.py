@@ -148,7 +148,9 @@ STAGE_BUGS = ["categorical_log_prob_at_half_temperature", "gaussian_log_prob_wit
               "grad_norm_reported_after_the_clip", "value_loss_reported_without_the_half",
               "gradient_absmax_of_each_step_alone", "ray_head_norms_swapped",
               # the network's age, counted per update (tests/planted_learner_stages.py)
-              "network_age_counted_per_update"]
+              "network_age_counted_per_update",
+              # the learner's copy of the batch (tests/planted_learner_stages.py)
+              "batch_received_at_half_precision"]
 
 
 @pytest.mark.parametrize("name", STAGE_BUGS)

@@ -35,7 +35,7 @@ KEYS = ("inv_sampling_logp", "inv_sampling_frequency", "inv_behaviour_record", "
         "inv_distribution_as_defined", "inv_value_loss_inputs", "inv_policy_loss_inputs",
         "inv_optimizer_step_as_configured", "inv_value_head_affine", "inv_observation_statistics_recomputed",
         "inv_reward_scaling_recomputed", "inv_running_returns_recomputed", "inv_policy_loss_as_configured",
-        "inv_network_age_counted", *RECURRENT_KEYS)
+        "inv_network_age_counted", "inv_received_as_sent", *RECURRENT_KEYS)
 
 
 DECLARED = ("gamma", "gae_lambda", "vtrace_rho_clip", "vtrace_c_clip", "clip_coef", "value_coef", "entropy_coef",
@@ -43,6 +43,16 @@ DECLARED = ("gamma", "gae_lambda", "vtrace_rho_clip", "vtrace_c_clip", "clip_coe
 """The settings the learner's references read, which the run declares from its config (`declare`)."""
 ADAM_DEFAULTS = ("adam_betas", "adam_eps")
 """Settings no config field holds: the references take PPOSettings' documented defaults for them."""
+
+
+def copy_differs(copy: torch.Tensor, sent: torch.Tensor) -> torch.Tensor:
+    """0-d bool on the device: the copy is not the tensor sent (shape, dtype or any element; NaN equals NaN)."""
+    if copy.shape != sent.shape or copy.dtype != sent.dtype:
+        return torch.ones((), dtype=torch.bool, device=sent.device)
+    same = copy == sent
+    if copy.is_floating_point():
+        same = same | (copy.isnan() & sent.isnan())
+    return ~same.all()
 
 
 def is_sampled(update: int) -> bool:
@@ -88,6 +98,8 @@ class LearnerInvariants:
         self.initial_entropy: torch.Tensor | None = None
         """The initial policy's mean entropy per action dimension, recomputed here from the run's first batch (a
         resumed run: the learner's restored value, taken once), which entropy_change is held to."""
+        self.received_gap: torch.Tensor | None = None
+        """The share of transferred tensors whose learner copy differs from the rollout's (sampled updates)."""
         self.age_before = 0
         self.staleness_gap = 0
         """The network's age when the batch arrived, and |staleness - (that age - the batch's stamp)|."""
@@ -105,6 +117,18 @@ class LearnerInvariants:
         defaults = {f.name: f.default for f in dataclasses.fields(self.learner.s) if f.name in ADAM_DEFAULTS}
         self.settings = dataclasses.replace(self.learner.s, **{**defaults, **declared})
         self.adam = AdamReference(self.settings.adam_betas, self.settings.adam_eps)
+
+    def received(self, rollout, tensors: dict, index: torch.Tensor) -> None:
+        """Right after the transfer (sampled updates): the learner's copy of each transferred tensor against the
+        rollout as it arrived, and the valid samples' positions against the rollout's own valid mask."""
+        self.received_gap = None
+        if not is_sampled(self.learner.updates):
+            return
+        device = self.learner.device
+        pairs = [(tensors[key], getattr(rollout, key)) for key in tensors]
+        pairs.append((index, rollout.valid.reshape(-1).nonzero().squeeze(-1)))
+        differ = [copy_differs(copy, sent.to(device, non_blocking=True)) for copy, sent in pairs]
+        self.received_gap = torch.stack(differ).to(F64).mean()
 
     def stamp(self, rollout, staleness: int) -> None:
         """Before arrival: who produced the batch and with which weights (the recurrent state's checks), the
@@ -141,6 +165,8 @@ class LearnerInvariants:
         self.optimizer_steps_before = optimizer_steps(learner.optimizer)
         nan = torch.full((), NAN, device=learner.device)
         self.out = dict.fromkeys(KEYS, nan)
+        if self.received_gap is not None:
+            self.out["inv_received_as_sent"] = self.received_gap
         if not self.sampled:
             return
         valid, actions = r["valid"], r["actions"]
