@@ -7,7 +7,8 @@ collects rollouts stamped with the network age that produced them, and
 runner (`space_check` counts observations outside their space, `time_limit` probes each sub-env's TimeLimit);
 `boundary`, `episode_witness` and `streams` judge, from it and the rollout, what the learner gets, the
 episodes reported and the independence of the env streams; `inference_cost` times the policy network's bare
-forward pass, the reference of the runner's inference phase.
+forward pass, the reference of the runner's inference phase, and `acting_check` reruns the network on stored
+observations against the behaviour parameters recorded there.
 
 May import: numpy, torch, gymnasium. Never telemetry, the learner or the
 wiring in `rlvitals`: a rollout carries what the actors measured (episodes,

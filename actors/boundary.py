@@ -210,3 +210,9 @@ def split_observation_change(transformed: float, consistency: float) -> dict[str
     if consistency == consistency and consistency <= ACTED_ON_STORED:
         return {"inv_observations_changed_before_acting": transformed, "inv_observations_transformed": 0.0}
     return {"inv_observations_changed_before_acting": float("nan")}
+
+
+def largest_measured(values) -> float:
+    """The largest of the values that are not NaN; NaN when none is."""
+    measured = [v for v in values if v == v]
+    return max(measured) if measured else float("nan")

@@ -90,6 +90,9 @@ class Rollout:
     witness: tuple = ()
     """What the envs received and returned, recorded below the runner (actors.witness.WitnessRecord, one per
     runner whose envs are in the batch; empty: not witnessed)."""
+    acting_gaps: tuple = ()
+    """Each producing runner's check that it acted with its own network on what it stored
+    (actors/acting_check.py; NaN where not checked)."""
     export_gaps: tuple = ()
     """Ray mode: each producing actor's check of its own exported gauges right after it recorded this rollout
     (telemetry.exported.ActorWindow.gap), on the rollouts it checks (empty: none checked)."""
@@ -165,7 +168,8 @@ class Rollout:
             state_age=min(r.state_age for r in rollouts),
             sequence=rollouts[0].sequence if len({r.sequence for r in rollouts}) == 1 else -1,
             actor_counters=tuple(c for r in rollouts for c in r.actor_counters),
-            export_gaps=tuple(g for r in rollouts for g in r.export_gaps))
+            export_gaps=tuple(g for r in rollouts for g in r.export_gaps),
+            acting_gaps=tuple(g for r in rollouts for g in r.acting_gaps))
 
 
 def _envs_side_by_side(rollouts: list[Rollout], name: str) -> torch.Tensor | None:

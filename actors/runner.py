@@ -9,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from .acting_check import ActingCheck
 from .env_step_cost import EnvStepCost, gymnasium_vector_env
 from .envs import find_witness, make_vector_env
 from .inference_cost import ForwardCost, bare_forward
@@ -21,6 +22,8 @@ class EnvStepError(RuntimeError):
 
 
 SAFE_OBS_LIMIT = 1e30
+ACTING_CHECK_SEED = 0x5EED
+"""Offsets the acting check's own generator from the env seeds."""
 """Observation values beyond this magnitude (or NaN/inf) never reach the policy network.
 
 A float32 first layer sums products of inputs and weights: inputs near 1e38 overflow to
@@ -95,6 +98,8 @@ class EnvRunner:
         self.rollouts_collected = 0
         """Rollouts this runner made so far: each rollout's sequence number."""
         self.forward_cost = ForwardCost()
+        self.acting_check = ActingCheck(seed + ACTING_CHECK_SEED)
+        """Whether the actor acted with its own network on what it stored (actors/acting_check.py)."""
         """The reference the inference phase is judged against (actors/inference_cost.py)."""
         self.env_step_cost = EnvStepCost(
             lambda: Witness(gymnasium_vector_env(env_id, num_envs, atari_options, env_kwargs), seed), seed)
@@ -252,6 +257,7 @@ class EnvRunner:
             self.prev_done = term | trunc
             self.starting = ~valid[t]   # a reset transition's next observation begins an episode
         obs_buf[T] = self.obs
+        acted = self.acting_check.measure(policy, obs_buf, params, self.state is not None)
 
         episodes = EpisodeStats(
             returns=np.concatenate(done_returns) if done_returns else np.zeros(0),
@@ -268,7 +274,7 @@ class EnvRunner:
                      "env_step_cpu": step_cpu_s, **self.forward_cost.reference(), **self.env_step_cost.reference()},
             valid_count=int(valid.sum()), weights_checksums=checksums,
             discounted_returns=None if returns is None else torch.from_numpy(returns),
-            witness=(self.witness.take(),),
+            witness=(self.witness.take(),), acting_gaps=(acted,),
             **self._recurrent_fields(initial, age), sequence=self._next_sequence(),
         )
 

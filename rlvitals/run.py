@@ -22,7 +22,7 @@ from collections.abc import Iterable
 
 import psutil
 
-from rlvitals.actors.boundary import boundary_statistics, split_observation_change
+from rlvitals.actors.boundary import boundary_statistics, largest_measured, split_observation_change
 from rlvitals.actors.episode_witness import EpisodeWitness
 from rlvitals.actors.rollout import Rollout
 from rlvitals.actors.streams import StreamIndependence
@@ -166,6 +166,7 @@ class Run:
                 stats.update(self.resumed)
                 self.resumed = {}
             stats.update(boundary_statistics(rollout))  # what arrived against the env's raw output
+            stats["inv_acted_with_its_network"] = largest_measured(rollout.acting_gaps)   # the actors' own checks
             # An observation changed on its way: before the actor acted on it (the actor's), or after (preprocessing).
             stats.update(split_observation_change(stats.get("inv_observations_transformed", math.nan),
                                                   stats.get("logp_discrepancy", math.nan)))

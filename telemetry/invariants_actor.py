@@ -105,6 +105,19 @@ ACTOR_INVARIANTS: tuple[Invariant, ...] = (
         "unchanged (float32 rounding compared exactly, so a healthy run reads 0). A stored value found at the "
         "neighbouring step instead is a pairing fault and counts under boundary_observations."),
     Invariant(
+        "acted_with_its_network", "boundary", "actor", 1e-4, 2,
+        "Actors act with something other than their policy network on the observations they store",
+        "The behaviour parameters an actor recorded are not what its own network gives on the observation "
+        "stored with them: it acted with another function (a fallback or fixed policy everywhere, another "
+        "copy of the network), on an observation changed for acting only, or on another step's observation. "
+        "Its record agrees with its draws, so the sampling checks pass, and the learner disagrees with it "
+        "downstream.",
+        "On each runner's first 16 rollouts and every 16th after, the runner runs its network again on 32 "
+        "stored observations (no draw, no grad, the weights it acted with) and compares with the recorded "
+        "parameters: largest |recomputed - recorded| / max(1, |recorded|). Rows acted on with the fallback "
+        "policy (unsafe observations, non-finite outputs) are left out; recurrent policies and probe agents "
+        "are not judged. Another batch size rounds float32 sums differently by about 1e-7: limit 1e-4."),
+    Invariant(
         "observations_changed_before_acting", "boundary", "actor", 1e-6, 2,
         "The actor changes the env's observations before acting on them",
         "The observation the rollout holds for a step is not the one the env emitted there, and the actor acted "

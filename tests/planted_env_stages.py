@@ -114,6 +114,21 @@ def runner_reads_observations_at_half_precision(mp):
     mp.setattr(EnvRunner, "_as_obs", _as_obs)
 
 
+def runner_acts_with_its_fallback_everywhere(mp):
+    """The runner treats every row as unsafe and acts with its zero-mean fallback policy, recording the
+    fallback's parameters: its record agrees with its draws, but no action comes from the policy network."""
+    from rlvitals.actors.runner import EnvRunner
+
+    original = EnvRunner._act
+
+    def _act(self, policy, obs):
+        action, param, _ = original(self, policy, obs)
+        actions, params, logp = self._fallback_act(len(obs), param.shape[-1])
+        return actions.to(action.dtype), params, logp
+
+    mp.setattr(EnvRunner, "_act", _act)
+
+
 ENV_STAGE_BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("reward_transform_wrapped_over_the_env", "actor", "run", reward_transform_wrapped_over_the_env,
                invariant="boundary_rewards",
@@ -148,4 +163,10 @@ ENV_STAGE_BUGS: tuple[PlantedBug, ...] = (
                runner_reads_observations_at_half_precision, env="Pendulum-v1",
                invariant="observations_changed_before_acting",
                what="the runner rounds the env's observations to float16 before acting on and storing them"),
+    PlantedBug("runner_acts_with_its_fallback_everywhere", "actor", "run", runner_acts_with_its_fallback_everywhere,
+               invariant="acted_with_its_network",
+               what="the runner acts with its fallback policy on every row and records the fallback's parameters"),
+    PlantedBug("runner_acts_with_its_fallback_everywhere_pendulum", "actor", "run",
+               runner_acts_with_its_fallback_everywhere, env="Pendulum-v1", invariant="acted_with_its_network",
+               what="as runner_acts_with_its_fallback_everywhere, with a Gaussian policy"),
 )

@@ -174,6 +174,25 @@ def test_an_observation_change_is_the_actors_when_it_acted_on_the_changed_observ
     assert split_observation_change(math.nan, 0.0) == {}   # nothing compared
 
 
+def test_the_acting_check_recomputes_the_recorded_parameters_from_the_stored_observations():
+    from rlvitals.actors.acting_check import FIRST, ActingCheck
+    from rlvitals.learner.networks import ActorCritic
+
+    runner = EnvRunner("Pendulum-v1", 4, seed=0)
+    net = ActorCritic(runner.obs_space, runner.action_space, (16, 16))
+    rollout = runner.collect(net, 16)
+    obs, params = rollout.obs.numpy(), rollout.behaviour_params.numpy()
+    check = ActingCheck(0)
+    assert check.measure(net, obs, params, recurrent=False) == 0.0        # same weights, same observations
+    assert check.measure(net, obs, params + 0.01, recurrent=False) > 1e-3  # not what the network gives there
+    assert math.isnan(check.measure(net, obs, params, recurrent=True))      # the learner replays a state
+    assert math.isnan(check.measure(RandomAgent(runner.action_space, 0), obs, params, recurrent=False))
+    for _ in range(FIRST - 3):
+        check.measure(net, obs, params, recurrent=False)
+    assert math.isnan(check.measure(net, obs, params, recurrent=False))    # past the first 16: every 16th
+    runner.close()
+
+
 def test_an_observation_changed_after_the_actor_acted_is_still_named_preprocessing(tmp_path):
     found = diagnose(tmp_path / "run", bug=BY_BUG["preprocessing_learner_only"], budget_s=HUNG_S)
     assert found.first is not None and (found.first.rule, found.first.component) == (
@@ -186,7 +205,8 @@ def test_an_observation_changed_after_the_actor_acted_is_still_named_preprocessi
                                   "own_time_limit_counter_not_reset", "orchard_fruit_not_restored",
                                   "runner_discards_every_other_rollout",
                                   "ray_one_actor_of_four_discards_every_other_rollout",
-                                  "runner_reads_observations_at_half_precision"])
+                                  "runner_reads_observations_at_half_precision",
+                                  "runner_acts_with_its_fallback_everywhere_pendulum"])
 def test_planted_env_stage_fault_is_named_on_its_component_first(name, tmp_path):
     bug = BY_BUG[name]
     found = diagnose(tmp_path / name, bug=bug, budget_s=HUNG_S)
