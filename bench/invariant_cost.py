@@ -8,7 +8,7 @@ that only watches it timed where it runs:
   statistics and the statistics' one host transfer;
 - actor checks: the env-output witness's own time (its calls less those it makes into the env it wraps;
   the timers of bench/witness_cost.py), the forward-pass and env-step cost references, the weights'
-  fingerprints;
+  fingerprints, the check that the actor acted with its network;
 - loop checks: the pipeline evidence and the weights handed out and checked;
 - the run loop's `invariants` (boundary, streams, episodes, judging), `telemetry` (the recorder, the exporter
   check) and `rows` (health rules, verdicts, the archive's rows) phases, as the run itself times them.
@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from witness_cost import Stopwatch
 
 from common import write_result
+from rlvitals.actors.acting_check import ActingCheck
 from rlvitals.actors.env_step_cost import EnvStepCost
 from rlvitals.actors.inference_cost import ForwardCost
 from rlvitals.actors.runner import EnvRunner
@@ -56,13 +57,15 @@ from rlvitals.session import train_in
 from rlvitals.telemetry.recorder import Recorder
 
 TIMED = {
-    "learner_checks": [(LearnerInvariants, n) for n in ("stamp", "before_scaling", "arrival", "before_backward",
+    "learner_checks": [(LearnerInvariants, n) for n in ("received", "stamp", "before_scaling", "arrival",
+                                                         "before_backward",
                                                          "first_minibatch", "clipped", "stepped", "step", "report")]
     + [(MinibatchCost, "measure")],
     "learner_telemetry": [(StepSums, n) for n in ("gradients", "add", "kl_step", "result")]
     + [(PPOLearner, n) for n in ("_batch_stats", "_scale_stats", "_consistency")]
     + [(diagnostics, "record_discrepancy"), (diagnostics, "step_statistics"), (ppo, "to_host")],
-    "actor_checks": [(ForwardCost, "measure"), (EnvStepCost, "measure"), (ActorCritic, "weights_checksum")],
+    "actor_checks": [(ForwardCost, "measure"), (EnvStepCost, "measure"), (ActorCritic, "weights_checksum"),
+                     (ActingCheck, "measure")],
     "loop_checks": [(PipelineEvidence, "learned"), (Run, "weights_handed_out"), (Run, "weights_mismatch")],
 }
 """Each part's timed callables: (owner, attribute), patched for the run."""
