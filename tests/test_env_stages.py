@@ -183,7 +183,7 @@ def test_the_acting_check_recomputes_the_recorded_parameters_from_the_stored_obs
     rollout = runner.collect(net, 16)
     obs, params = rollout.obs.numpy(), rollout.behaviour_params.numpy()
     check = ActingCheck(0)
-    assert check.measure(net, obs, params, recurrent=False) == 0.0        # same weights, same observations
+    assert check.measure(net, obs, params, recurrent=False) < 1e-6        # same weights, same observations
     assert check.measure(net, obs, params + 0.01, recurrent=False) > 1e-3  # not what the network gives there
     assert math.isnan(check.measure(net, obs, params, recurrent=True))      # the learner replays a state
     assert math.isnan(check.measure(RandomAgent(runner.action_space, 0), obs, params, recurrent=False))
