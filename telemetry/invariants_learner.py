@@ -18,6 +18,16 @@ LEARNER_INVARIANTS: tuple[Invariant, ...] = (
         "On sampled updates, right after the transfer, each transferred tensor is compared with the rollout's "
         "own, element by element on the learner's device (NaN equal to NaN), and the valid positions with the "
         "rollout's valid mask. A copy is the same values: a correct learner reads 0."),
+    Invariant(
+        "learned_once", "pipeline", "learner", 0.0, 1,
+        "The learner learns a batch it has already learned",
+        "Part of the batch the learner is handed (a runner's rollout, known by its witness and sequence number) "
+        "was learned by an earlier learn step: a retry, a queue that hands a rollout twice or a loop that calls "
+        "the learner again on the same batch. The samples count once and train twice, so the training "
+        "intensity, staleness and every per-sample statistic read wrong.",
+        "Every update: each witness record the batch carries names the witness that wrote it (random per runner) "
+        "and its sequence number there, which rises by one per rollout; the learner keeps the last 256 of each "
+        "and counts the batch's records it has seen. Each rollout arrives once in a correct run: 0."),
     # ----------------------------------------------------------------- the network's age, which stamps every sample
     Invariant(
         "network_age_counted", "pipeline", "learner", 0.0, 1,

@@ -215,6 +215,19 @@ def batch_received_at_half_precision(mp):
     mp.setattr(ppo, "to_device", to_device)
 
 
+def every_batch_learned_twice(mp):
+    """The learner is called twice on each batch (a retry left in): its samples count once and train twice."""
+    from rlvitals.learner.ppo import PPOLearner
+
+    original = PPOLearner.learn
+
+    def learn(self, rollout):
+        original(self, rollout)
+        return original(self, rollout)
+
+    mp.setattr(PPOLearner, "learn", learn)
+
+
 # ---------------------------------------------------------------- the network's age
 
 
@@ -287,6 +300,8 @@ LEARNER_STAGE_BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("ray_batch_received_at_half_precision", "learner", "run", batch_received_at_half_precision,
                overrides=RAY, mode="ray", invariant="received_as_sent",
                what="as batch_received_at_half_precision, in Ray mode"),
+    PlantedBug("every_batch_learned_twice", "learner", "run", every_batch_learned_twice,
+               invariant="learned_once", what="the learner is called twice on every batch"),
     PlantedBug("network_age_counted_per_update", "learner", "run", network_age_counted_per_update,
                env=PENDULUM, invariant="network_age_counted",
                what="the network's age rises by one per update instead of one per optimizer step"),

@@ -150,7 +150,7 @@ STAGE_BUGS = ["categorical_log_prob_at_half_temperature", "gaussian_log_prob_wit
               # the network's age, counted per update (tests/planted_learner_stages.py)
               "network_age_counted_per_update",
               # the learner's copy of the batch (tests/planted_learner_stages.py)
-              "batch_received_at_half_precision"]
+              "batch_received_at_half_precision", "every_batch_learned_twice"]
 
 
 @pytest.mark.parametrize("name", STAGE_BUGS)

@@ -4,6 +4,7 @@ each family's statistics come from its own module (sampling, dataflow, optimisat
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
 
 import torch
 
@@ -35,7 +36,7 @@ KEYS = ("inv_sampling_logp", "inv_sampling_frequency", "inv_behaviour_record", "
         "inv_distribution_as_defined", "inv_value_loss_inputs", "inv_policy_loss_inputs",
         "inv_optimizer_step_as_configured", "inv_value_head_affine", "inv_observation_statistics_recomputed",
         "inv_reward_scaling_recomputed", "inv_running_returns_recomputed", "inv_policy_loss_as_configured",
-        "inv_network_age_counted", "inv_received_as_sent", *RECURRENT_KEYS)
+        "inv_network_age_counted", "inv_received_as_sent", "inv_learned_once", *RECURRENT_KEYS)
 
 
 DECLARED = ("gamma", "gae_lambda", "vtrace_rho_clip", "vtrace_c_clip", "clip_coef", "value_coef", "entropy_coef",
@@ -53,6 +54,28 @@ def copy_differs(copy: torch.Tensor, sent: torch.Tensor) -> torch.Tensor:
     if copy.is_floating_point():
         same = same | (copy.isnan() & sent.isnan())
     return ~same.all()
+
+
+class LearnedRecords:
+    """Which witness records (a runner's rollouts, by the witness's origin and sequence number) the learner has
+    learned: each arrives once, so one seen again is a batch learned twice. Bounded: the last KEPT per witness."""
+
+    KEPT = 256
+
+    def __init__(self):
+        self.seen: dict[int, deque[int]] = {}
+
+    def repeats(self, rollout) -> int | None:
+        """How many of the batch's records were learned before (None: the batch carries no witness record)."""
+        records = [r for r in getattr(rollout, "witness", ()) or ()]
+        if not records:
+            return None
+        again = 0
+        for record in records:
+            seen = self.seen.setdefault(record.origin, deque(maxlen=self.KEPT))
+            again += record.seq in seen
+            seen.append(record.seq)
+        return again
 
 
 def is_sampled(update: int) -> bool:
@@ -100,6 +123,9 @@ class LearnerInvariants:
         resumed run: the learner's restored value, taken once), which entropy_change is held to."""
         self.received_gap: torch.Tensor | None = None
         """The share of transferred tensors whose learner copy differs from the rollout's (sampled updates)."""
+        self.learned = LearnedRecords()
+        self.learned_again: int | None = None
+        """Parts of this batch (witness records) that an earlier learn step already learned (learned_once)."""
         self.age_before = 0
         self.staleness_gap = 0
         """The network's age when the batch arrived, and |staleness - (that age - the batch's stamp)|."""
@@ -137,6 +163,7 @@ class LearnerInvariants:
                          "policy_age": rollout.policy_age, "state_age": rollout.state_age}, staleness)
         self.age_before = int(self.learner.net.age)
         self.staleness_gap = abs(int(staleness) - (self.age_before - int(rollout.policy_age)))
+        self.learned_again = self.learned.repeats(rollout)
 
     def before_scaling(self, tensors: dict) -> None:
         """The batch on the device, before its rewards are scaled (with reward normalisation on)."""
@@ -165,6 +192,8 @@ class LearnerInvariants:
         self.optimizer_steps_before = optimizer_steps(learner.optimizer)
         nan = torch.full((), NAN, device=learner.device)
         self.out = dict.fromkeys(KEYS, nan)
+        if self.learned_again is not None:
+            self.out["inv_learned_once"] = torch.full((), float(self.learned_again), dtype=F64, device=learner.device)
         if self.received_gap is not None:
             self.out["inv_received_as_sent"] = self.received_gap
         if not self.sampled:
