@@ -27,8 +27,6 @@ FIRST, EVERY = 16, 16
 """Checked rollouts: each of a runner's first FIRST, then every EVERY-th."""
 POSITIONS = 32
 """Stored (step, env) positions compared per checked rollout."""
-SAFE_OBS_LIMIT = 1e30
-"""The runner's limit: an observation beyond it (or non-finite) was acted on with the fallback policy."""
 
 
 def policy_network(policy):
@@ -44,7 +42,9 @@ def policy_network(policy):
 class ActingCheck:
     """The statistic of one runner's checked rollouts."""
 
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, safe_limit: float):
+        """`safe_limit`: the runner's; an observation beyond it (or non-finite) was acted on with its fallback."""
+        self.safe_limit = safe_limit
         self.collects = 0
         self.generator = np.random.default_rng(seed)   # its own: the run's generators are not drawn from
 
@@ -59,7 +59,7 @@ class ActingCheck:
         flat = self.generator.choice(T * N, size=min(POSITIONS, T * N), replace=False)
         t, n = np.divmod(flat, N)
         seen = obs[t, n]
-        safe = (np.abs(seen) <= SAFE_OBS_LIMIT).reshape(len(seen), -1).all(1)
+        safe = (np.abs(seen) <= self.safe_limit).reshape(len(seen), -1).all(1)
         if not safe.any():
             return math.nan
         with torch.no_grad():

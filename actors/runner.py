@@ -22,14 +22,14 @@ class EnvStepError(RuntimeError):
 
 
 SAFE_OBS_LIMIT = 1e30
-ACTING_CHECK_SEED = 0x5EED
-"""Offsets the acting check's own generator from the env seeds."""
 """Observation values beyond this magnitude (or NaN/inf) never reach the policy network.
 
 A float32 first layer sums products of inputs and weights: inputs near 1e38 overflow to
 inf, inf - inf is NaN, and NaN logits make action sampling fail. Rows holding such
 values are acted on with a fixed zero-mean policy instead (see EnvRunner._act); the
 observations themselves are kept as they came, so the non-finite guard still sees them."""
+ACTING_CHECK_SEED = 0x5EED
+"""Offsets the acting check's own generator from the env seeds."""
 
 
 _step_started: float | None = None
@@ -98,9 +98,9 @@ class EnvRunner:
         self.rollouts_collected = 0
         """Rollouts this runner made so far: each rollout's sequence number."""
         self.forward_cost = ForwardCost()
-        self.acting_check = ActingCheck(seed + ACTING_CHECK_SEED)
-        """Whether the actor acted with its own network on what it stored (actors/acting_check.py)."""
         """The reference the inference phase is judged against (actors/inference_cost.py)."""
+        self.acting_check = ActingCheck(seed + ACTING_CHECK_SEED, SAFE_OBS_LIMIT)
+        """Whether the actor acted with its own network on what it stored (actors/acting_check.py)."""
         self.env_step_cost = EnvStepCost(
             lambda: Witness(gymnasium_vector_env(env_id, num_envs, atari_options, env_kwargs), seed), seed)
         """The reference the env-step phase is judged against: a copy of the env under the project's own witness,

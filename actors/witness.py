@@ -60,9 +60,9 @@ class WitnessRecord:
     """Emitted observations checked."""
     action_low: np.ndarray | None = None
     action_high: np.ndarray | None = None
+    """Bounds the runner clips continuous actions to before stepping (None: discrete)."""
     action_start: int = 0
     """A Discrete space's first action: the env received the stored index plus it."""
-    """Bounds the runner clips continuous actions to before stepping (None: discrete)."""
     env_offset: int = 0
     """Where this runner's envs start in the rollout (several actors' rollouts side by side)."""
     complete: bool = True

@@ -20,6 +20,7 @@ run reaches the same verdicts at the same update on a fast and a slow machine.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -164,11 +165,8 @@ class Median(_Window):
     (a rule about every update is not fired by two spikes)."""
 
     def value(self, lookup, u):
-        values = sorted(self.window(lookup, u))
-        if not values:
-            return None
-        mid = len(values) // 2
-        return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+        values = self.window(lookup, u)
+        return statistics.median(values) if values else None
 
     def text(self) -> str:
         return f"median of {self.series.text()} over {_updates(self.updates)}"

@@ -120,6 +120,12 @@ class ActorWindow:
         self.counters.add(steps, float(rollout.env_steps))
         self.counters.add(ended, float(len(episodes.returns)))
 
+    def observe(self, rollout, exported: dict[str, dict[tuple, float]] | None) -> float | None:
+        """Every rollout the process recorded, taken into the window; the gap where a scrape was read now
+        (`exported`; None: not read this time)."""
+        self.add(rollout)
+        return None if exported is None else self.gap(rollout, exported)
+
     def gap(self, rollout, exported: dict[str, dict[tuple, float]]) -> float:
         """The share of the actor's exported gauge and counter series that differ from the reference (NaN: none
         exported)."""
@@ -165,9 +171,9 @@ class ExportCheck:
 
     def after_rollout(self, rollout, exported: dict[str, dict[tuple, float]] | None) -> None:
         """Every rollout this process recorded; `exported`: what a scrape reads now (None: not read this time)."""
-        self.window.add(rollout)
-        if exported is not None:
-            self.actor_pending = self.window.gap(rollout, exported)
+        gap = self.window.observe(rollout, exported)
+        if gap is not None:
+            self.actor_pending = gap
 
     def from_actors(self, rollout) -> None:
         """Ray mode: the actors' own checks of their exported gauges, carried on the batch's rollouts."""

@@ -214,15 +214,9 @@ def grad_norm_reported_after_the_clip(mp: pytest.MonkeyPatch) -> None:
 
 def value_loss_reported_without_the_half(mp: pytest.MonkeyPatch) -> None:
     """The value loss term is reported as the mean squared error, the loss itself keeping the 1/2."""
-    from rlvitals.learner import ppo
+    from planted_bugs import _after_loss  # here: planted_bugs imports this module at its end
 
-    original = ppo.ppo_loss
-
-    def ppo_loss(*args, **kwargs):
-        loss, parts = original(*args, **kwargs)
-        return loss, {**parts, "value_loss": 2 * parts["value_loss"].detach()}
-
-    mp.setattr(ppo, "ppo_loss", ppo_loss)
+    _after_loss(mp, lambda loss, parts, s, args: (loss, {**parts, "value_loss": 2 * parts["value_loss"].detach()}))
 
 
 def gradient_absmax_of_each_step_alone(mp: pytest.MonkeyPatch) -> None:

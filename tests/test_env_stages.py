@@ -176,13 +176,14 @@ def test_an_observation_change_is_the_actors_when_it_acted_on_the_changed_observ
 
 def test_the_acting_check_recomputes_the_recorded_parameters_from_the_stored_observations():
     from rlvitals.actors.acting_check import FIRST, ActingCheck
+    from rlvitals.actors.runner import SAFE_OBS_LIMIT
     from rlvitals.learner.networks import ActorCritic
 
     runner = EnvRunner("Pendulum-v1", 4, seed=0)
     net = ActorCritic(runner.obs_space, runner.action_space, (16, 16))
     rollout = runner.collect(net, 16)
     obs, params = rollout.obs.numpy(), rollout.behaviour_params.numpy()
-    check = ActingCheck(0)
+    check = ActingCheck(0, SAFE_OBS_LIMIT)
     assert check.measure(net, obs, params, recurrent=False) < 1e-6        # same weights, same observations
     assert check.measure(net, obs, params + 0.01, recurrent=False) > 1e-3  # not what the network gives there
     assert math.isnan(check.measure(net, obs, params, recurrent=True))      # the learner replays a state

@@ -9,6 +9,7 @@ from collections import deque
 import torch
 
 from ..reference_returns import vtrace_reference
+from ..transfer import head_positions
 from .common import F64, LOSS_GRADIENT_TOLERANCE, NAN, KeptSteps, _largest, _relative_error_of
 from .dataflow import handoff_error, loss_gradient_errors, returns_error, surrogate_error, value_head_coupling
 from .distribution import DISTRIBUTION_TOLERANCE, distribution_error
@@ -67,7 +68,7 @@ class LearnedRecords:
 
     def repeats(self, rollout) -> int | None:
         """How many of the batch's records were learned before (None: the batch carries no witness record)."""
-        records = [r for r in getattr(rollout, "witness", ()) or ()]
+        records = getattr(rollout, "witness", ()) or ()
         if not records:
             return None
         again = 0
@@ -101,7 +102,8 @@ class LearnerInvariants:
         self.grad_before: torch.Tensor | None = None
         self.behaviour_logp: torch.Tensor | None = None
         self.arrival_telemetry: tuple[torch.Tensor, torch.Tensor] | None = None
-        self.step_statistics = StepStatistics()
+        self.head_positions = head_positions(learner.net, learner.device)
+        self.step_statistics = StepStatistics(self.head_positions)
         self.optimizer_steps_before: dict[int, float] | None = None
         self.settings = learner.s
         """The settings the references use: the learner's own until the run declares its config's (`declare`)."""
@@ -186,7 +188,7 @@ class LearnerInvariants:
         s, dist = self.settings, learner.net.dist
         self.sampled = is_sampled(learner.updates)
         self.steps, self.grad_norms, self.arrival_telemetry, self.moves = [], None, None, None
-        self.step_statistics = StepStatistics()
+        self.step_statistics = StepStatistics(self.head_positions)
         self.distribution_off = torch.zeros((), dtype=torch.bool, device=learner.device)
         self.count = batch.count
         self.optimizer_steps_before = optimizer_steps(learner.optimizer)
@@ -307,9 +309,10 @@ class LearnerInvariants:
         learner = self.learner
         params = list(learner.net.parameters())
         self.out["inv_behaviour_record"] = stats["record_discrepancy"]
-        gap = optimizer_state_gap(learner.optimizer, self.optimizer_steps_before, u.steps)
+        steps_after = optimizer_steps(learner.optimizer)
+        gap = optimizer_state_gap(learner.optimizer, self.optimizer_steps_before, steps_after, u.steps)
         self.out["inv_optimizer_state_kept"] = torch.full((), gap, dtype=F64, device=learner.device)
-        age_gap = max(age_rise_gap(learner.optimizer, self.optimizer_steps_before,
+        age_gap = max(age_rise_gap(learner.optimizer, self.optimizer_steps_before, steps_after,
                                    int(learner.net.age) - self.age_before), self.staleness_gap)
         self.out["inv_network_age_counted"] = torch.full((), age_gap, dtype=F64, device=learner.device)
         kept = KeptSteps.of(learner.net.dist, self.steps, b.mb_actions, self.behaviour_logp) if self.steps else None

@@ -135,12 +135,12 @@ def optimizer_steps(optimizer) -> dict[int, float]:
     return out
 
 
-def age_rise_gap(optimizer, before: dict[int, float] | None, age_rise: int) -> float:
-    """|age_rise - the rise of the optimizer's step counters| over an update, from the stepped parameters' counters;
-    NaN when the optimizer keeps none, when nothing was stepped, or when a counter fell (the state restarted)."""
+def age_rise_gap(optimizer, before: dict[int, float] | None, after: dict[int, float], age_rise: int) -> float:
+    """|age_rise - the rise of the optimizer's step counters| over an update (`before`, `after`: optimizer_steps),
+    from the stepped parameters' counters; NaN when the optimizer keeps none, when nothing was stepped, or when a
+    counter fell (the state restarted)."""
     if before is None:
         return float("nan")
-    after = optimizer_steps(optimizer)
     rises = {after[key] - before.get(key, 0.0) for group in optimizer.param_groups for p in group["params"]
              if p.grad is not None and (key := id(p)) in after and "step" in optimizer.state.get(p, {})}
     if not rises or min(rises) < 0:
@@ -148,17 +148,16 @@ def age_rise_gap(optimizer, before: dict[int, float] | None, age_rise: int) -> f
     return float(max(abs(age_rise - rise) for rise in rises))
 
 
-def optimizer_state_gap(optimizer, before: dict[int, float] | None, steps: int) -> float:
+def optimizer_state_gap(optimizer, before: dict[int, float] | None, after: dict[int, float], steps: int) -> float:
     """inv_optimizer_state_kept: the share of parameters with a gradient whose optimizer step count did not
-    advance by exactly the update's `steps`; NaN when the optimizer keeps no step count (plain SGD) or nothing
-    was stepped."""
+    advance by exactly the update's `steps` (`before`, `after`: optimizer_steps); NaN when the optimizer keeps no
+    step count (plain SGD) or nothing was stepped."""
     if before is None or steps <= 0:
         return float("nan")
     keeps_steps = isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)) or any(
         "step" in state for state in optimizer.state.values())
     if not keeps_steps:
         return float("nan")
-    after = optimizer_steps(optimizer)
     stepped = [id(p) for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
     if not stepped:
         return float("nan")

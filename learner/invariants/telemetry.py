@@ -182,24 +182,17 @@ class StepStatistics:
     and the returns' targets; the entropy term from the steps' policy parameters (KeptSteps). Each step keeps its
     gradient and values as they are; everything is computed at once in `disagreement`."""
 
-    def __init__(self):
+    def __init__(self, heads: dict[str, torch.Tensor]):
+        """`heads`: each output head's positions in the parameters laid end to end (transfer.head_positions)."""
+        self.heads = heads
         self.grads: list[torch.Tensor] = []
         self.first_epoch: list[bool] = []
         self.value_gaps: list[torch.Tensor] = []   # per step: values - targets
-        self.heads: dict[str, torch.Tensor] = {}   # each head's positions in a step's gradient
 
     @torch.no_grad()
     def step(self, net, values: torch.Tensor, targets: torch.Tensor, first_epoch: bool) -> None:
-        params = list(net.parameters())
-        if not self.heads and hasattr(net, "heads"):
-            where, start = {}, 0
-            for p in params:
-                where[id(p)] = (start, start + p.numel())
-                start += p.numel()
-            self.heads = {name: torch.cat([torch.arange(*where[id(p)]) for p in ps]).to(values.device)
-                          for name, ps in net.heads().items()}
         self.grads.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
-                                     for p in params]))
+                                     for p in net.parameters()]))
         self.first_epoch.append(first_epoch)
         self.value_gaps.append(values.detach().to(F64) - targets.to(F64))
 

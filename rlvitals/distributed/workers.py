@@ -117,11 +117,9 @@ class RolloutWorker:
     def _check_exports(self, rollout: Rollout) -> None:
         """What a scrape of this actor reads of the rollout just recorded, against the rollout (on the learner's
         sampling schedule, counted in this actor's rollouts): the driver judges it with the learner's gauges."""
-        self.export_window.add(rollout)
-        if is_sampled(self.recorded):
-            exported = self.telemetry.exported()
-            if exported is not None:
-                rollout.export_gaps = (self.export_window.gap(rollout, exported),)
+        gap = self.export_window.observe(rollout, self.telemetry.exported() if is_sampled(self.recorded) else None)
+        if gap is not None:
+            rollout.export_gaps = (gap,)
         self.recorded += 1
 
     def counters(self) -> dict:
